@@ -1,0 +1,419 @@
+"""TBinaryProtocol, without sockets: message headers, a bounds-checked struct decoder,
+and reply encoding.
+
+Message header (inside a frame)::
+
+    strict:   [i32 0x8001_0000 | type][i32 len][name bytes][i32 seqid]
+    old:      [i32 len >= 0][name bytes][i8 type][i32 seqid]
+
+Why our own decoder: thriftpy2's Cython reader trusts lengths read off the wire (a
+30-byte frame declaring a 2 GiB string makes it malloc 2 GiB and copy uninitialised
+memory; a list declaring 2**31 elements loops for minutes holding the GIL). Every
+length here is checked against the bytes left in the frame before anything is made,
+and nesting is capped. Replies are built from trusted handler values, so encoding
+uses thriftpy2's fast Cython writer.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from thriftpy2.thrift import TApplicationException, TType
+
+from .errors import BadVersionError, DecodeError
+
+try:  # The Cython writer is ~5x faster; the pure-Python one keeps PyPy working.
+    from thriftpy2.protocol.cybin import TCyBinaryProtocol as _Protocol
+    from thriftpy2.transport.memory import TCyMemoryBuffer as _Buffer
+except ImportError:  # pragma: no cover - exercised only without the C extension
+    from thriftpy2.protocol.binary import TBinaryProtocol as _Protocol  # type: ignore
+    from thriftpy2.transport.memory import TMemoryBuffer as _Buffer  # type: ignore
+
+CALL, REPLY, EXCEPTION, ONEWAY = 1, 2, 3, 4
+
+VERSION_MASK = 0xFFFF0000
+VERSION_1 = 0x80010000
+
+#: Nesting depth of structs and containers; Apache Thrift's default recursion limit.
+MAX_DEPTH = 64
+
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+_DOUBLE = struct.Struct(">d")
+_FIELD = struct.Struct(">bh")
+_MAP_HEAD = struct.Struct(">bbi")
+_LIST_HEAD = struct.Struct(">bi")
+_HEADER_STRICT = struct.Struct(">Ii")
+
+_FIXED_SIZE = {
+    TType.BOOL: 1, TType.BYTE: 1, TType.I16: 2, TType.I32: 4, TType.I64: 8,
+    TType.DOUBLE: 8,
+}
+#: Smallest encoding of one value of each type, to bound container counts.
+_MIN_SIZE = {**_FIXED_SIZE, TType.STRING: 4, TType.STRUCT: 1, TType.MAP: 6,
+             TType.SET: 5, TType.LIST: 5}
+_BINARY = 18  # thriftpy2's spec code for `binary` fields; on the wire it is STRING (11)
+
+
+class MessageHeader(NamedTuple):
+    name: str
+    type: int
+    seqid: int
+    #: Offset of the first byte after the header (where the args struct starts).
+    end: int
+
+
+def read_message_header(buf: bytes | bytearray | memoryview, strict_read: bool = False
+                        ) -> MessageHeader:
+    """Read a message header at the start of ``buf`` (one frame's payload).
+
+    Raises:
+        BadVersionError: neither header form (or old form while ``strict_read``).
+        DecodeError: the header is truncated or its name is not UTF-8.
+    """
+    size = len(buf)
+    if size < 4:
+        raise DecodeError(f"message header truncated: frame has {size} bytes")
+    word = _I32.unpack_from(buf, 0)[0]
+    if word < 0:
+        if word & VERSION_MASK != VERSION_1:  # `&` on a negative int keeps 32 bits here
+            raise BadVersionError(word, "not a TBinaryProtocol version word")
+        mtype = word & 0xFF
+        if size < 8:
+            raise DecodeError("message header truncated in the name length")
+        name_len = _I32.unpack_from(buf, 4)[0]
+        start = 8
+        after_name = start + name_len
+        if name_len < 0 or after_name + 4 > size:
+            raise DecodeError(f"message name length {name_len} does not fit the "
+                              f"{size}-byte frame")
+        seqid = _I32.unpack_from(buf, after_name)[0]
+        end = after_name + 4
+    else:
+        if strict_read:
+            raise BadVersionError(word, "old non-strict message header while the "
+                                        "server reads strictly")
+        name_len = word
+        start = 4
+        after_name = start + name_len
+        if after_name + 5 > size:
+            raise BadVersionError(word, f"length {name_len} of an old-style header does "
+                                        f"not fit the {size}-byte frame")
+        mtype = buf[after_name]
+        seqid = _I32.unpack_from(buf, after_name + 1)[0]
+        end = after_name + 5
+    try:
+        name = str(buf[start:after_name], "utf-8")
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"message name is not UTF-8: {exc}") from None
+    return MessageHeader(name, mtype, seqid, end)
+
+
+# --------------------------------------------------------------------------- decoding
+
+# A reader takes (buf, pos, end, depth) and returns (value, new_pos). The buffer is a
+# whole frame; `end` bounds it. Readers raise DecodeError, never IndexError.
+Reader = Callable[[Any, int, int, int], tuple[Any, int]]
+
+
+def _need(pos: int, n: int, end: int, what: str) -> None:
+    if n < 0 or pos + n > end:
+        raise DecodeError(f"{what}: needs {n} bytes at offset {pos}, "
+                          f"frame ends at {end}")
+
+
+def _fixed_reader(fmt: struct.Struct, what: str) -> Reader:
+    size = fmt.size
+    unpack_from = fmt.unpack_from
+
+    def read(buf: Any, pos: int, end: int, depth: int) -> tuple[Any, int]:
+        if pos + size > end:
+            _need(pos, size, end, what)
+        return unpack_from(buf, pos)[0], pos + size
+    return read
+
+
+_read_i8 = _fixed_reader(_I8, "byte")
+_read_i16 = _fixed_reader(_I16, "i16")
+_read_i32 = _fixed_reader(_I32, "i32")
+_read_i64 = _fixed_reader(_I64, "i64")
+_read_double = _fixed_reader(_DOUBLE, "double")
+
+
+def _read_bool(buf: Any, pos: int, end: int, depth: int) -> tuple[Any, int]:
+    if pos + 1 > end:
+        _need(pos, 1, end, "bool")
+    return buf[pos] != 0, pos + 1
+
+
+def _read_binary(buf: Any, pos: int, end: int, depth: int) -> tuple[Any, int]:
+    if pos + 4 > end:
+        _need(pos, 4, end, "binary length")
+    n = _I32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n < 0 or pos + n > end:
+        _need(pos, n, end, "binary")
+    return bytes(buf[pos:pos + n]), pos + n
+
+
+def _read_string(buf: Any, pos: int, end: int, depth: int) -> tuple[Any, int]:
+    if pos + 4 > end:
+        _need(pos, 4, end, "string length")
+    n = _I32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n < 0 or pos + n > end:
+        _need(pos, n, end, "string")
+    try:
+        return str(buf[pos:pos + n], "utf-8"), pos + n
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"string at offset {pos} is not valid UTF-8 ({exc.reason} "
+                          f"at byte {exc.start})") from None
+
+
+def _check_depth(depth: int) -> None:
+    if depth >= MAX_DEPTH:
+        raise DecodeError(f"nesting deeper than {MAX_DEPTH} levels")
+
+
+def _check_count(count: int, elem_types: tuple[int, ...], pos: int, end: int,
+                 what: str) -> None:
+    """A container's element count must fit the bytes left: checked before looping."""
+    if count < 0:
+        raise DecodeError(f"{what} declares a negative size {count}")
+    per_item = sum(_MIN_SIZE.get(t, 1) for t in elem_types)
+    if count * per_item > end - pos:
+        raise DecodeError(f"{what} declares {count} elements; the "
+                          f"{end - pos} bytes left in the frame hold at most "
+                          f"{(end - pos) // per_item}")
+
+
+def skip(buf: Any, pos: int, end: int, ttype: int, depth: int = 0) -> int:
+    """Skip one value of wire type ``ttype``; return the offset after it."""
+    if ttype in _FIXED_SIZE:
+        size = _FIXED_SIZE[ttype]
+        _need(pos, size, end, "skipped value")
+        return pos + size
+    if ttype == TType.STRING:
+        _need(pos, 4, end, "skipped string length")
+        n = _I32.unpack_from(buf, pos)[0]
+        _need(pos + 4, n, end, "skipped string")
+        return pos + 4 + n
+    _check_depth(depth)
+    if ttype == TType.STRUCT:
+        while True:
+            _need(pos, 1, end, "field type")
+            ftype = buf[pos]
+            if ftype == TType.STOP:
+                return pos + 1
+            _need(pos, 3, end, "field header")
+            pos = skip(buf, pos + 3, end, ftype, depth + 1)
+    if ttype == TType.MAP:
+        _need(pos, 6, end, "map header")
+        ktype, vtype, count = _MAP_HEAD.unpack_from(buf, pos)
+        pos += 6
+        _check_count(count, (ktype, vtype), pos, end, "skipped map")
+        for _ in range(count):
+            pos = skip(buf, pos, end, ktype, depth + 1)
+            pos = skip(buf, pos, end, vtype, depth + 1)
+        return pos
+    if ttype in (TType.LIST, TType.SET):
+        _need(pos, 5, end, "list header")
+        etype, count = _LIST_HEAD.unpack_from(buf, pos)
+        pos += 5
+        _check_count(count, (etype,), pos, end, "skipped list")
+        for _ in range(count):
+            pos = skip(buf, pos, end, etype, depth + 1)
+        return pos
+    raise DecodeError(f"unknown field type {ttype} at offset {pos}")
+
+
+def _wire_type(spec_type: int) -> int:
+    return TType.STRING if spec_type == _BINARY else spec_type
+
+
+def _reader_for(ttype: int, spec: Any) -> Reader:
+    """Build the reader for a spec entry (type code plus thriftpy2's nested spec)."""
+    if ttype == TType.STRING:
+        return _read_string
+    if ttype == _BINARY:
+        return _read_binary
+    if ttype == TType.BOOL:
+        return _read_bool
+    if ttype == TType.BYTE:
+        return _read_i8
+    if ttype == TType.I16:
+        return _read_i16
+    if ttype == TType.I32:
+        return _read_i32  # enums are plain ints in thriftpy2
+    if ttype == TType.I64:
+        return _read_i64
+    if ttype == TType.DOUBLE:
+        return _read_double
+    if ttype == TType.STRUCT:
+        return _struct_reader(spec)
+    if ttype in (TType.LIST, TType.SET):
+        return _list_reader(ttype, spec)
+    if ttype == TType.MAP:
+        return _map_reader(spec)
+    raise TypeError(f"unsupported thrift type {ttype} in spec")
+
+
+def _split_spec(spec: Any) -> tuple[int, Any]:
+    if isinstance(spec, tuple):
+        return spec[0], spec[1]
+    return spec, None
+
+
+def _list_reader(ttype: int, spec: Any) -> Reader:
+    etype, espec = _split_spec(spec)
+    wire = _wire_type(etype)
+    elem: Reader | None = None
+    make = set if ttype == TType.SET else list
+    what = "set" if ttype == TType.SET else "list"
+
+    def read(buf: Any, pos: int, end: int, depth: int) -> tuple[Any, int]:
+        nonlocal elem
+        if elem is None:
+            elem = _reader_for(etype, espec)
+        _check_depth(depth)
+        _need(pos, 5, end, f"{what} header")
+        got_type, count = _LIST_HEAD.unpack_from(buf, pos)
+        pos += 5
+        if count and got_type != wire:
+            raise DecodeError(f"{what} holds type {got_type}, expected {wire}")
+        _check_count(count, (wire,), pos, end, what)
+        out = []
+        append = out.append
+        for _ in range(count):
+            value, pos = elem(buf, pos, end, depth + 1)
+            append(value)
+        return (out if make is list else set(out)), pos
+    return read
+
+
+def _map_reader(spec: Any) -> Reader:
+    ktype, kspec = _split_spec(spec[0])
+    vtype, vspec = _split_spec(spec[1])
+    kwire, vwire = _wire_type(ktype), _wire_type(vtype)
+    readers: list[Reader] = []
+
+    def read(buf: Any, pos: int, end: int, depth: int) -> tuple[Any, int]:
+        if not readers:
+            readers.extend((_reader_for(ktype, kspec), _reader_for(vtype, vspec)))
+        kread, vread = readers
+        _check_depth(depth)
+        _need(pos, 6, end, "map header")
+        got_k, got_v, count = _MAP_HEAD.unpack_from(buf, pos)
+        pos += 6
+        if count and (got_k != kwire or got_v != vwire):
+            raise DecodeError(f"map holds types ({got_k}, {got_v}), "
+                              f"expected ({kwire}, {vwire})")
+        _check_count(count, (kwire, vwire), pos, end, "map")
+        out = {}
+        for _ in range(count):
+            key, pos = kread(buf, pos, end, depth + 1)
+            value, pos = vread(buf, pos, end, depth + 1)
+            try:
+                out[key] = value
+            except TypeError:  # e.g. a list as a key: unhashable in Python
+                raise DecodeError(f"map key of type {ktype} is not hashable") from None
+        return out, pos
+    return read
+
+
+_STRUCT_READERS: dict[type, Reader] = {}
+
+
+def _struct_reader(cls: type) -> Reader:
+    """The cached reader for a thriftpy2 struct class (built lazily: specs can recurse)."""
+    try:
+        return _STRUCT_READERS[cls]
+    except KeyError:
+        pass
+    fields: dict[tuple[int, int], tuple[str, Reader]] = {}
+    pending: list[tuple[int, int, str, Any]] = []
+    for fid, entry in cls.thrift_spec.items():  # type: ignore[attr-defined]
+        ttype, name = entry[0], entry[1]
+        spec = entry[2] if len(entry) > 3 else None
+        pending.append((fid, ttype, name, spec))
+
+    def read(buf: Any, pos: int, end: int, depth: int) -> tuple[Any, int]:
+        if pending:
+            for fid, ttype, name, spec in pending:
+                fields[(fid, _wire_type(ttype))] = (name, _reader_for(ttype, spec))
+            pending.clear()
+        if depth >= MAX_DEPTH:
+            _check_depth(depth)
+        obj = cls()
+        get = fields.get
+        while True:
+            if pos >= end:
+                raise DecodeError(f"{cls.__name__}: struct not terminated before the "
+                                  f"end of the frame")
+            ftype = buf[pos]
+            if ftype == 0:
+                return obj, pos + 1
+            if pos + 3 > end:
+                _need(pos, 3, end, "field header")
+            fid = _I16.unpack_from(buf, pos + 1)[0]
+            pos += 3
+            hit = get((fid, ftype))
+            if hit is None:  # unknown id or unexpected type: skip, as Java and thriftpy2 do
+                pos = skip(buf, pos, end, ftype, depth + 1)
+                continue
+            try:
+                value, pos = hit[1](buf, pos, end, depth + 1)
+            except DecodeError as exc:
+                raise DecodeError(f"{cls.__name__}.{hit[0]}: {exc}") from None
+            setattr(obj, hit[0], value)
+
+    _STRUCT_READERS[cls] = read
+    return read
+
+
+def decode_struct(cls: type, buf: bytes | bytearray, pos: int = 0,
+                  end: int | None = None) -> tuple[Any, int]:
+    """Decode one struct of thriftpy2 class ``cls`` from ``buf[pos:end]``.
+
+    Returns the object and the offset after its STOP byte.
+
+    Raises:
+        DecodeError: truncated data, a length or count that does not fit the frame,
+            nesting deeper than :data:`MAX_DEPTH`, invalid UTF-8 in a ``string``.
+    """
+    return _struct_reader(cls)(buf, pos, len(buf) if end is None else end, 0)
+
+
+# --------------------------------------------------------------------------- encoding
+
+FRAME_HEADER = _U32
+
+
+def frame_header(size: int) -> bytes:
+    """The 4-byte big-endian length prefix of a frame of ``size`` bytes."""
+    return _U32.pack(size)
+
+
+def encode_message(name: str, mtype: int, seqid: int, payload: Any) -> bytes:
+    """A strict message header followed by ``payload`` (a thriftpy2 struct or
+    ``TApplicationException``), as the bytes of one frame's payload (no length prefix).
+
+    Raises whatever the writer raises when ``payload`` holds a value that does not
+    match its spec (the dispatcher maps that to INTERNAL_ERROR).
+    """
+    buf = _Buffer()
+    proto = _Protocol(buf, strict_write=True)
+    proto.write_message_begin(name, mtype, seqid)
+    proto.write_struct(payload)
+    return buf.getvalue()
+
+
+def encode_application_exception(name: str, seqid: int, message: str, code: int) -> bytes:
+    """An EXCEPTION message carrying ``TApplicationException(code, message)``."""
+    return encode_message(name, EXCEPTION, seqid,
+                          TApplicationException(type=int(code), message=message))

@@ -1,0 +1,49 @@
+"""Where the project's IDL files are, and loading them with thriftpy2.
+
+The files live in the repository's top-level ``idl/`` (the contract other
+languages compile). A source checkout or editable install reads them there; a
+wheel installs them under ``<prefix>/share/nimbus-thrift/idl`` (see setup.cfg).
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import lru_cache
+from pathlib import Path
+from types import ModuleType
+
+import thriftpy2
+
+
+def idl_dir() -> Path:
+    """Return the directory holding ``demo.thrift`` (and later ``nimbus.thrift``).
+
+    Raises:
+        FileNotFoundError: neither the checkout nor the installed copy exists.
+    """
+    candidates = [
+        Path(__file__).resolve().parent.parent / "idl",
+        Path(sys.prefix) / "share" / "nimbus-thrift" / "idl",
+    ]
+    for candidate in candidates:
+        if (candidate / "demo.thrift").is_file():
+            return candidate
+    raise FileNotFoundError(
+        "cannot find the IDL directory; looked in " + ", ".join(map(str, candidates))
+    )
+
+
+def idl_path(name: str) -> Path:
+    """Return the path of ``idl/<name>`` (for example ``demo.thrift``)."""
+    return idl_dir() / name
+
+
+@lru_cache(maxsize=None)
+def load(name: str) -> ModuleType:
+    """Load ``idl/<name>`` with thriftpy2, once per process.
+
+    The module name is derived from the file name (``demo.thrift`` -> ``demo_thrift``),
+    as thriftpy2 requires, so its structs pickle and compare consistently.
+    """
+    path = idl_path(name)
+    return thriftpy2.load(str(path), module_name=path.stem + "_thrift")

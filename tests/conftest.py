@@ -1,0 +1,38 @@
+"""Shared fixtures: a demo server on a real socket, bound to port 0."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import nimbus_thrift
+from nimbus_thrift.demo import CalculatorHandler, EchoHandler, demo_thrift
+
+
+@pytest.fixture
+def demo():
+    """The thriftpy2 module of idl/demo.thrift."""
+    return demo_thrift()
+
+
+@pytest.fixture
+def echo_handler() -> EchoHandler:
+    return EchoHandler()
+
+
+@pytest.fixture
+def demo_server(demo, echo_handler) -> Iterator[nimbus_thrift.Server]:
+    """The Echo service (default, unprefixed names) plus Echo and Calculator multiplexed,
+    started on 127.0.0.1:<free port>. ``demo_server.address`` is (host, port)."""
+    server = nimbus_thrift.make_server(
+        demo.Echo, echo_handler, host="127.0.0.1", port=0,
+        services={"Echo": (demo.Echo, echo_handler),
+                  "Calculator": (demo.Calculator, CalculatorHandler())},
+        worker_threads=8,
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(grace=5.0)
