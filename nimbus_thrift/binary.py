@@ -24,12 +24,17 @@ from thriftpy2.thrift import TApplicationException, TType
 
 from .errors import BadVersionError, DecodeError
 
+_Protocol: Any
+_Buffer: Any
 try:  # The Cython writer is ~5x faster; the pure-Python one keeps PyPy working.
-    from thriftpy2.protocol.cybin import TCyBinaryProtocol as _Protocol
-    from thriftpy2.transport.memory import TCyMemoryBuffer as _Buffer
+    from thriftpy2.protocol import cybin as _cybin
+    from thriftpy2.transport import memory as _memory
+    _Protocol = _cybin.TCyBinaryProtocol  # type: ignore[attr-defined]
+    _Buffer = _memory.TCyMemoryBuffer
 except ImportError:  # pragma: no cover - exercised only without the C extension
-    from thriftpy2.protocol.binary import TBinaryProtocol as _Protocol  # type: ignore
-    from thriftpy2.transport.memory import TMemoryBuffer as _Buffer  # type: ignore
+    from thriftpy2.protocol import binary as _pybinary
+    from thriftpy2.transport import memory as _memory
+    _Protocol, _Buffer = _pybinary.TBinaryProtocol, _memory.TMemoryBuffer
 
 CALL, REPLY, EXCEPTION, ONEWAY = 1, 2, 3, 4
 
@@ -287,7 +292,7 @@ def _list_reader(ttype: int, spec: Any) -> Reader:
         if count and got_type != wire:
             raise DecodeError(f"{what} holds type {got_type}, expected {wire}")
         _check_count(count, (wire,), pos, end, what)
-        out = []
+        out: list[Any] = []
         append = out.append
         for _ in range(count):
             value, pos = elem(buf, pos, end, depth + 1)

@@ -149,7 +149,7 @@ class Connection:
         self.out: list[Buffer] = []
         self.out_size = 0
         self.write_started = 0.0
-        self.interest = 0
+        self.interest: int | None = None   # epoll mask; None = not registered
         self.refusal: Exception | None = None
         self.peer_gone = False
         self.closing = False

@@ -18,10 +18,10 @@ from types import ModuleType
 from typing import Any, Callable
 
 import structlog
-from structlog.contextvars import bind_contextvars, reset_contextvars
 from thriftpy2.thrift import TApplicationException
 
 from . import binary
+from .context import REQUEST
 from .errors import (AppErrorCode, DecodeError, InvalidMessageTypeError, RequestError,
                      UnknownMethodError, WireError)
 
@@ -149,11 +149,11 @@ class Dispatcher:
                         effect="connection closed")
             return None, Status.CLOSE
         name, mtype, seqid = header.name, header.type, header.seqid
-        tokens = bind_contextvars(peer=peer, method=name, seqid=seqid)
+        token = REQUEST.set((peer, name, seqid))
         try:
             return self._dispatch(frame, header, name, mtype, seqid)
         finally:
-            reset_contextvars(**tokens)
+            REQUEST.reset(token)
 
     def _dispatch(self, frame: bytes | bytearray, header: binary.MessageHeader, name: str,
                   mtype: int, seqid: int) -> tuple[bytes | None, Status]:
@@ -190,7 +190,7 @@ class Dispatcher:
             if method.oneway:
                 return None, Status.FAILED
             return binary.encode_message(name, binary.EXCEPTION, seqid, exc), Status.FAILED
-        except Exception as exc:
+        except BaseException as exc:  # noqa: BLE001 - even SystemExit must not kill a worker
             for field, exc_cls in method.declared:
                 if isinstance(exc, exc_cls):
                     if method.oneway:

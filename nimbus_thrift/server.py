@@ -171,7 +171,11 @@ class Server:
 
     def _run_task(self, task: tuple[Any, ...]) -> None:
         conn, frame = task
-        reply, status = self.dispatcher.dispatch(frame, conn.peer)
+        try:
+            reply, status = self.dispatcher.dispatch(frame, conn.peer)
+        except BaseException:  # noqa: BLE001 - a bug must not strand the connection
+            log.exception("dispatch_crashed", peer=conn.peer, effect="connection closed")
+            reply, status = None, Status.CLOSE
         self._done.append((conn, reply, status))
         assert self._wakeup is not None
         self._wakeup.wake()

@@ -1,0 +1,110 @@
+"""A raw Thrift client for socket tests: builds frames with thriftpy2's own encoder
+(independent of the server's code) and reads replies off a plain socket."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from typing import Any
+
+from thriftpy2.protocol import TBinaryProtocol
+from thriftpy2.thrift import TApplicationException, TMessageType
+from thriftpy2.transport import TMemoryBuffer
+
+CALL, REPLY, EXCEPTION, ONEWAY = (TMessageType.CALL, TMessageType.REPLY,
+                                  TMessageType.EXCEPTION, TMessageType.ONEWAY)
+
+
+def message(name: str, seqid: int, args: Any, mtype: int = CALL, strict: bool = True) -> bytes:
+    """A message (header + args struct), unframed."""
+    buf = TMemoryBuffer()
+    proto = TBinaryProtocol(buf, strict_write=strict)
+    proto.write_message_begin(name, mtype, seqid)
+    proto.write_struct(args)
+    proto.write_message_end()
+    return buf.getvalue()
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+def call(service: Any, method: str, seqid: int = 1, mtype: int = CALL, strict: bool = True,
+         name: str | None = None, **kwargs: Any) -> bytes:
+    """The framed bytes of a call of ``service.method(**kwargs)``."""
+    args = getattr(service, method + "_args")(**kwargs)
+    return frame(message(name or method, seqid, args, mtype, strict))
+
+
+def connect(address: tuple[str, int], timeout: float = 5.0) -> socket.socket:
+    sock = socket.create_connection(address, timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = sock.recv(min(n, 1 << 20))
+        if not chunk:
+            raise EOFError(f"connection closed with {n} bytes still expected")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    size = struct.unpack(">i", recv_exact(sock, 4))[0]
+    return recv_exact(sock, size)
+
+
+class Reply:
+    def __init__(self, name: str, mtype: int, seqid: int, body: Any) -> None:
+        self.name, self.type, self.seqid, self.body = name, mtype, seqid, body
+
+    def __repr__(self) -> str:
+        return f"Reply({self.name!r}, type={self.type}, seqid={self.seqid}, {self.body!r})"
+
+
+def decode(payload: bytes, service: Any = None, method: str | None = None) -> Reply:
+    """Decode a reply payload: the result struct for a REPLY, the
+    TApplicationException for an EXCEPTION."""
+    proto = TBinaryProtocol(TMemoryBuffer(payload), strict_read=False)
+    name, mtype, seqid = proto.read_message_begin()
+    if mtype == EXCEPTION:
+        body: Any = TApplicationException()
+    else:
+        body = getattr(service, (method or name) + "_result")()
+    proto.read_struct(body)
+    return Reply(name, mtype, seqid, body)
+
+
+def roundtrip(sock: socket.socket, data: bytes, service: Any = None,
+              method: str | None = None) -> Reply:
+    sock.sendall(data)
+    return decode(read_frame(sock), service, method)
+
+
+def wait_closed(sock: socket.socket, timeout: float = 5.0) -> bytes:
+    """Read until the server closes; return everything that came first."""
+    sock.settimeout(timeout)
+    got = []
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        got.append(chunk)
+    return b"".join(got)
+
+
+def wait_for(predicate: Any, timeout: float = 5.0, what: str = "condition") -> None:
+    """Poll a condition on the server (its metrics) until it holds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.005)
