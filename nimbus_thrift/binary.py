@@ -297,7 +297,13 @@ def _list_reader(ttype: int, spec: Any) -> Reader:
         for _ in range(count):
             value, pos = elem(buf, pos, end, depth + 1)
             append(value)
-        return (out if make is list else set(out)), pos
+        if make is list:
+            return out, pos
+        try:
+            return set(out), pos
+        except TypeError:  # e.g. set<list<i32>>: legal IDL, unhashable in Python
+            raise DecodeError("set elements of this type are not hashable in Python") \
+                from None
     return read
 
 
@@ -416,6 +422,24 @@ def encode_message(name: str, mtype: int, seqid: int, payload: Any) -> bytes:
     proto.write_message_begin(name, mtype, seqid)
     proto.write_struct(payload)
     return buf.getvalue()
+
+
+#: From this size on, a string/binary result is sent as its own buffer after a small
+#: header instead of being copied into the encoder's buffer and out again (four copies
+#: of a 1 MiB reply become one: str to UTF-8).
+LARGE_VALUE = 64 * 1024
+STRING_TYPES = (TType.STRING, _BINARY)
+_SUCCESS_STRING_FIELD = _FIELD.pack(TType.STRING, 0)
+
+
+def encode_large_reply(name: str, seqid: int, value: str | bytes | bytearray) -> list[bytes]:
+    """A REPLY whose result struct holds only ``success`` = ``value`` (a string or
+    binary), as ``[header, value, stop]`` buffers to send back to back."""
+    data = value.encode("utf-8") if isinstance(value, str) else value
+    name_bytes = name.encode("utf-8")
+    head = b"".join((_HEADER_STRICT.pack(VERSION_1 | REPLY, len(name_bytes)), name_bytes,
+                     _I32.pack(seqid), _SUCCESS_STRING_FIELD, _I32.pack(len(data))))
+    return [head, bytes(data) if isinstance(data, bytearray) else data, b"\x00"]
 
 
 def encode_application_exception(name: str, seqid: int, message: str, code: int) -> bytes:

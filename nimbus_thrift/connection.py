@@ -31,7 +31,8 @@ from __future__ import annotations
 import enum
 import struct
 
-from .errors import FrameSizeError, NotThriftError
+from .binary import read_message_header
+from .errors import FrameSizeError, NotThriftError, RpcError
 from .memory import MemoryBudget
 
 Buffer = bytes | bytearray | memoryview
@@ -109,6 +110,16 @@ def classify_prefix(first4: bytes) -> str | None:
     return None
 
 
+def _peek_call(body: Buffer) -> tuple[str, int]:
+    """(method name, seqid) from the start of a refused frame, so the error reply can
+    name them; ("", 0) when too little of it arrived."""
+    try:
+        header = read_message_header(body)
+    except RpcError:
+        return "", 0
+    return header.name, header.seqid
+
+
 class Connection:
     """Per-connection protocol state. ``peer`` is for logs only.
 
@@ -125,7 +136,8 @@ class Connection:
     __slots__ = ("peer", "budget", "max_frame_size", "state", "hdr", "frame", "pos",
                  "size", "leftover", "held", "need", "partial", "last_activity",
                  "frame_started", "fd", "sock", "out", "out_size", "write_started",
-                 "interest", "refusal", "peer_gone", "closing", "linger_until")
+                 "interest", "refusal", "refused_call", "peer_gone", "closing",
+                 "linger_until")
 
     def __init__(self, peer: str, budget: MemoryBudget, max_frame_size: int,
                  now: float = 0.0) -> None:
@@ -151,6 +163,7 @@ class Connection:
         self.write_started = 0.0
         self.interest: int | None = None   # epoll mask; None = not registered
         self.refusal: Exception | None = None
+        self.refused_call: tuple[str, int] = ("", 0)   # (method, seqid) of a refused frame
         self.peer_gone = False
         self.closing = False
         self.linger_until = 0.0
@@ -212,7 +225,7 @@ class Connection:
         error = self._check_size(size, prefix)
         if error is not None:
             self.refusal = error
-            self.partial = bytes(body[:256])   # only to read the method name for the reply
+            self.refused_call = _peek_call(body)
             self._give_back(self.held)
             self.advance(Event.REFUSED)
             return Event.REFUSED

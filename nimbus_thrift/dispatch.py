@@ -27,6 +27,10 @@ from .errors import (AppErrorCode, DecodeError, InvalidMessageTypeError, Request
 
 log = structlog.get_logger("nimbus_thrift.dispatch")
 
+#: A reply payload: one bytes object, or a list of buffers to send back to back
+#: (large string/binary results, sent without joining them).
+Reply = bytes | list[bytes]
+
 #: Multiplexed names are "Service:method", split at the first separator (as Java does).
 SEPARATOR = ":"
 
@@ -53,6 +57,8 @@ class Method:
     #: (result field name, exception class) for each `throws` clause, in id order.
     declared: tuple[tuple[str, type], ...]
     func: Callable[..., Any] | None
+    #: The result is a string or binary that may be large enough for the scatter path.
+    large_result: bool = False
 
 
 def _methods_of(service: ModuleType | type, handler: object, label: str
@@ -68,11 +74,13 @@ def _methods_of(service: ModuleType | type, handler: object, label: str
         if not callable(func):
             missing.append(name)
             func = None
+        success = result_cls.thrift_spec.get(0)
         methods[name] = Method(
             service=label, name=name, args_cls=args_cls, result_cls=result_cls,
             oneway=bool(getattr(result_cls, "oneway", False)),
             arg_names=tuple(entry[1] for _, entry in sorted(args_cls.thrift_spec.items())),
-            declared=declared, func=func)
+            declared=declared, func=func,
+            large_result=success is not None and success[0] in binary.STRING_TYPES)
     if missing:
         log.warning("handler_incomplete", service=label, handler=type(handler).__name__,
                     missing=missing,
@@ -133,8 +141,9 @@ class Dispatcher:
 
     # ------------------------------------------------------------------ dispatch
 
-    def dispatch(self, frame: bytes | bytearray, peer: str) -> tuple[bytes | None, Status]:
-        """Process one frame's payload; return (reply payload or None, status).
+    def dispatch(self, frame: bytes | bytearray, peer: str) -> tuple[Reply | None, Status]:
+        """Process one frame's payload; return (reply payload or None, status). The
+        payload is bytes, or a list of buffers for a large string/binary result.
 
         Never raises: every failure becomes a reply, a log line, or Status.CLOSE.
         """
@@ -156,9 +165,12 @@ class Dispatcher:
             REQUEST.reset(token)
 
     def _dispatch(self, frame: bytes | bytearray, header: binary.MessageHeader, name: str,
-                  mtype: int, seqid: int) -> tuple[bytes | None, Status]:
+                  mtype: int, seqid: int) -> tuple[Reply | None, Status]:
         method: Method | None = None
-        reply_name = name
+        # Replies carry the bare method name, errors included: Node's client finds the
+        # waiting call by it, and Java's TMultiplexedProcessor replies the same way.
+        reply_name = name.partition(SEPARATOR)[2] if SEPARATOR in name and self.services \
+            else name
         try:
             if mtype != binary.CALL and mtype != binary.ONEWAY:
                 raise InvalidMessageTypeError(
@@ -180,7 +192,7 @@ class Dispatcher:
         return self._call(method, args, reply_name, seqid)
 
     def _call(self, method: Method, args: Any, name: str, seqid: int
-              ) -> tuple[bytes | None, Status]:
+              ) -> tuple[Reply | None, Status]:
         values = args.__dict__
         assert method.func is not None
         try:
@@ -213,8 +225,13 @@ class Dispatcher:
         return self._encode(method, name, seqid, result, Status.OK)
 
     def _encode(self, method: Method, name: str, seqid: int, result: Any,
-                status: Status) -> tuple[bytes | None, Status]:
+                status: Status) -> tuple[Reply | None, Status]:
         try:
+            if status is Status.OK and method.large_result:
+                value = result.success
+                if isinstance(value, (str, bytes, bytearray)) and \
+                        len(value) >= binary.LARGE_VALUE:
+                    return binary.encode_large_reply(name, seqid, value), status
             return binary.encode_message(name, binary.REPLY, seqid, result), status
         except Exception as exc:
             log.error("reply_encode_failed", exc_info=exc, effect="INTERNAL_ERROR")
@@ -233,7 +250,7 @@ class Dispatcher:
             return None
         if header.type != binary.CALL:
             return None
-        name = header.name.partition(SEPARATOR)[2] or header.name \
-            if SEPARATOR in header.name and self.services else header.name
+        name = header.name.partition(SEPARATOR)[2] if SEPARATOR in header.name \
+            and self.services else header.name
         return binary.encode_application_exception(
             name, header.seqid, message, AppErrorCode.INTERNAL_ERROR)

@@ -72,8 +72,10 @@ class ServerOptions:
                 raise OptionError(f"{name} must be a positive integer, not {value!r}.")
         for name in ("idle_timeout", "frame_read_timeout", "write_timeout"):
             value = getattr(self, name)
+            # `not value > 0` also refuses NaN, which would silently disable the timeout.
             if value is not None and (isinstance(value, bool)
-                                      or not isinstance(value, (int, float)) or value <= 0):
+                                      or not isinstance(value, (int, float))
+                                      or not value > 0 or value == float("inf")):
                 raise OptionError(f"{name} must be a positive number of seconds or None, "
                                   f"not {value!r}.")
         if not isinstance(self.strict_read, bool):

@@ -31,7 +31,7 @@ import structlog
 
 from . import binary
 from .connection import SCRATCH_SIZE, Connection, Event, State
-from .dispatch import Dispatcher, Status
+from .dispatch import Dispatcher, Reply, Status
 from .errors import AppErrorCode, FrameSizeError, NotThriftError, OverloadedError
 from .memory import MemoryBudget
 from .metrics import MetricsSnapshot, ServerState
@@ -54,6 +54,8 @@ _MAX_EVENTS = 1024
 #: Below this a reply is joined to its length prefix and sent with send(); above it,
 #: sendmsg() sends both without copying the payload.
 _JOIN_BELOW = 64 * 1024
+#: Buffers handed to one sendmsg() call (well under IOV_MAX).
+_IOV_BATCH = 64
 #: After an error reply, how long to keep reading (and discarding) before closing, so
 #: the kernel does not answer unread request bytes with a RST that destroys the reply.
 _LINGER_SECONDS = 2.0
@@ -75,7 +77,7 @@ class Server:
         self._budget = MemoryBudget(options.max_read_buffer_bytes)
         self._pool: WorkerPool | None = None
         self._wakeup: Wakeup | None = None
-        self._done: deque[tuple[Connection, bytes | None, Status]] = deque()
+        self._done: deque[tuple[Connection, Reply | None, Status]] = deque()
         self._thread: threading.Thread | None = None
         self._stop_requested = False
         self._stop_deadline = 0.0
@@ -411,12 +413,7 @@ class Server:
         self._state.frames_refused += 1
         reply = None
         if isinstance(error, FrameSizeError):
-            name, seqid = "", 0
-            try:
-                header = binary.read_message_header(conn.partial)
-                name, seqid = header.name, header.seqid
-            except Exception:  # noqa: BLE001 - best effort: the header may be cut short
-                pass
+            name, seqid = conn.refused_call
             log.warning("frame_refused", peer=conn.peer, size=error.size, limit=error.limit,
                         limit_name=error.what, method=name or None, seqid=seqid,
                         effect="TApplicationException, then close")
@@ -425,7 +422,6 @@ class Server:
         elif isinstance(error, NotThriftError):
             log.warning("not_framed_thrift", peer=conn.peer, detected=error.kind,
                         first_bytes=error.first_bytes.hex(), effect="connection closed")
-        conn.partial = b""
         if reply is None:
             self._close(conn)
             return
@@ -473,53 +469,56 @@ class Server:
 
     # ----------------------------------------------------------------- writing
 
-    def _write(self, conn: Connection, payload: bytes, now: float,
+    def _write(self, conn: Connection, payload: Reply, now: float,
                batch: list[tuple[Connection, Any]]) -> None:
         self._queue_output(conn, payload, now)
         if not conn.out and conn.state is not State.CLOSED:
             self._reply_sent(conn, now, batch)
 
-    def _queue_output(self, conn: Connection, payload: bytes, now: float) -> None:
+    def _queue_output(self, conn: Connection, payload: Reply, now: float) -> None:
         """Try to send a framed payload at once; keep what the socket did not take."""
         sock: socket.socket = conn.sock  # type: ignore[assignment]
-        size = len(payload)
+        if isinstance(payload, list):
+            parts = payload
+            size = sum(map(len, parts))
+        else:
+            parts = [payload]
+            size = len(payload)
         header = binary.FRAME_HEADER.pack(size)
+        buffers: list[Any]
         try:
             if size < _JOIN_BELOW:
-                data = header + payload
+                data = header + b"".join(parts) if len(parts) > 1 else header + parts[0]
                 sent = sock.send(data)
                 if sent == len(data):
                     return
-                conn.out = [memoryview(data)[sent:]]
+                buffers = [data]
             else:
-                sent = sock.sendmsg([header, payload])
+                buffers = [header, *parts]
+                sent = sock.sendmsg(buffers)
                 if sent == size + 4:
                     return
-                if sent < 4:
-                    conn.out = [memoryview(header)[sent:], memoryview(payload)]
-                else:
-                    conn.out = [memoryview(payload)[sent - 4:]]
         except (BlockingIOError, InterruptedError):
-            conn.out = [memoryview(header), memoryview(payload)]
+            sent = 0
+            buffers = [header, *parts] if size >= _JOIN_BELOW else [header + b"".join(parts)]
         except OSError as exc:
             conn.out = []
             conn.closing = True
             self._close(conn, f"write failed: {exc}")
             return
+        conn.out = _unsent(buffers, sent)
         conn.write_started = now
         self._set_interest(conn, _EPOLLOUT)
+        return
 
     def _flush(self, conn: Connection, now: float,
                batch: list[tuple[Connection, Any]]) -> None:
         sock: socket.socket = conn.sock  # type: ignore[assignment]
-        out = conn.out
         try:
-            while out:
-                sent = sock.send(out[0])
-                if sent == len(out[0]):
-                    out.pop(0)
-                else:
-                    out[0] = out[0][sent:]
+            while conn.out:
+                sent = sock.sendmsg(conn.out[:_IOV_BATCH])
+                conn.out = _unsent(conn.out, sent)
+                if conn.out:
                     return
         except (BlockingIOError, InterruptedError):
             return
@@ -716,6 +715,19 @@ class Server:
         self._wakeup.close()
         log.info("stopped", abandoned_connections=len(leftover), stuck_workers=stuck,
                  bytes_reserved=self._budget.reserved)
+
+
+def _unsent(buffers: list[Any], sent: int) -> list[Any]:
+    """What is left of ``buffers`` after the first ``sent`` bytes went out."""
+    rest: list[Any] = []
+    for buf in buffers:
+        size = len(buf)
+        if sent >= size:
+            sent -= size
+            continue
+        rest.append(memoryview(buf)[sent:])
+        sent = 0
+    return rest
 
 
 def _peer_name(addr: Any) -> str:

@@ -36,3 +36,21 @@ def demo_server(demo, echo_handler) -> Iterator[nimbus_thrift.Server]:
         yield server
     finally:
         server.stop(grace=5.0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _route_logs_through_stdlib():
+    """Send the server's structlog lines through stdlib logging, where pytest captures
+    them per test (tests that assert on log lines install their own capture)."""
+    import logging
+
+    import structlog
+
+    structlog.configure(
+        processors=[structlog.stdlib.add_log_level, structlog.dev.ConsoleRenderer(colors=False)],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+    )
+    logging.getLogger().setLevel(logging.DEBUG)
+    yield
+    structlog.reset_defaults()
