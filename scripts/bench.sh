@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs the server benchmark (scripts/bench_servers.py) after setting up what it needs,
+# idempotently:
+#   - the venv and package (scripts/setup.sh), plus the bench extras (thrift, uvloop);
+#   - Debian's Thrift compiler, libthrift-java and a JDK, for the Apache Python and
+#     Java reference servers (if apt cannot install them, those servers are reported
+#     as unavailable and the others still run);
+#   - the C load generator, compiled into scripts/bench/build/ (gitignored).
+# Usage: scripts/bench.sh [--duration S] [--warmup S] [--servers a,b] [--scenarios c1,c16]
+#                         [--json] [--strace]          (all arguments go to bench_servers.py)
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$here"
+
+# setup.sh also installs the interoperability-test peers (Node and so on), which the
+# benchmark does not need: if that part fails but the venv exists, carry on.
+if ! scripts/setup.sh >&2; then
+  [ -x .venv/bin/python ] || { echo "bench: scripts/setup.sh failed and there is no .venv" >&2; exit 1; }
+  echo "bench: scripts/setup.sh failed; continuing with the existing .venv" >&2
+fi
+
+stamp=.venv/.nimbus-bench-stamp
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
+  echo "bench: installing the bench extras into .venv" >&2
+  .venv/bin/pip install --quiet -e '.[bench]' >&2
+  touch "$stamp"
+fi
+
+missing=()
+dpkg -s thrift-compiler >/dev/null 2>&1 || missing+=(thrift-compiler)
+dpkg -s libthrift-java >/dev/null 2>&1 || missing+=(libthrift-java)
+command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "bench: installing ${missing[*]} with apt-get" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  if ! { $sudo apt-get update -qq -o DPkg::Lock::Timeout=300 &&
+         $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+           -o DPkg::Lock::Timeout=300 "${missing[@]}"; } >&2; then
+    echo "bench: could not install ${missing[*]}; the servers that need them will be reported unavailable" >&2
+  fi
+fi
+
+build=scripts/bench/build
+mkdir -p "$build"
+if [ ! -x "$build/loadgen" ] || [ scripts/bench/loadgen.c -nt "$build/loadgen" ]; then
+  echo "bench: compiling the load generator" >&2
+  gcc -O2 -Wall -Wextra -o "$build/loadgen" scripts/bench/loadgen.c
+fi
+
+exec .venv/bin/python scripts/bench_servers.py "$@"
