@@ -118,6 +118,33 @@ def test_large_frames_round_trip_byte_for_byte(demo):
         wait_for(lambda: server.metrics().bytes_reserved == 0, what="memory released")
 
 
+NO_TIMERS = {"idle_timeout": None, "frame_read_timeout": None, "write_timeout": None}
+
+
+def test_no_wakeup_is_lost_when_the_selector_sleeps_without_timers(demo, echo_handler):
+    """With no timers the selector sleeps until an event or a worker wakes it, so a lost
+    wake-up hangs a call here (the client gives up after 5 s) instead of hiding as a
+    stall. The mix covers the races between a worker writing its reply and the client's
+    next frame arriving first: plain calls, oneway calls (no reply at all), pipelined
+    frames (already read, so no event will come), and a large reply."""
+    with serve(demo, echo_handler, **NO_TIMERS) as server:
+        with connect(server.address, timeout=5) as sock:
+            for i in range(1500):
+                assert roundtrip(sock, call(demo.Echo, "echo", seqid=i, s=str(i)),
+                                 demo.Echo).body.success == str(i)
+            for i in range(200):
+                sock.sendall(call(demo.Echo, "notify", mtype=ONEWAY, event=str(i)))
+                assert roundtrip(sock, call(demo.Echo, "ping", seqid=i), demo.Echo).seqid == i
+            for i in range(100):
+                sock.sendall(call(demo.Echo, "ping", seqid=1) + call(demo.Echo, "ping", seqid=2))
+                assert [decode(read_frame(sock), demo.Echo).seqid for _ in range(2)] == [1, 2]
+            blob = b"x" * (3 << 20)
+            for _ in range(5):
+                assert roundtrip(sock, call(demo.Echo, "echo_binary", data=blob),
+                                 demo.Echo).body.success == blob
+        assert len(echo_handler.events()) == 200
+
+
 # ----------------------------------------------------------------------- errors
 
 
@@ -463,6 +490,8 @@ def test_metrics_count_requests(demo):
             roundtrip(sock, call(demo.Echo, "fail", kind="x"), demo.Echo)
             sock.sendall(call(demo.Echo, "notify", mtype=ONEWAY, event="e"))
             roundtrip(sock, call(demo.Echo, "ping"), demo.Echo)
+            # The worker books its outcome just after the reply leaves: allow it a moment.
+            wait_for(lambda: server.metrics().requests_completed == 13, what="booking")
             m = server.metrics()
             assert (m.connections_open, m.requests_completed, m.requests_failed,
                     m.requests_in_flight, m.queue_depth) == (1, 13, 1, 0, 0)
