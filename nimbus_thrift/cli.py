@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from . import logs
+from .tuning import tune_allocator
 from .options import (DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
                       DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FRAME_SIZE,
                       DEFAULT_MAX_READ_BUFFER_BYTES, DEFAULT_WORKER_QUEUE_SIZE,
@@ -59,6 +60,7 @@ def demo(host: str, port: int, workers: int, queue_size: int, max_frame_size: in
     from .demo import CalculatorHandler, EchoHandler, demo_thrift
 
     logs.configure(log_level, log_format)
+    tune_allocator()
     module = demo_thrift()
     echo = EchoHandler()
     try:

@@ -45,6 +45,21 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+import importlib.util
+
+
+def _allocator_env() -> dict[str, str]:
+    """The daemon's allocator settings, read from nimbus_thrift/tuning.py by path: the
+    harness does not import our package, so it still runs the peers when ours is broken."""
+    path = Path(__file__).resolve().parent.parent / "nimbus_thrift" / "tuning.py"
+    spec = importlib.util.spec_from_file_location("_nimbus_tuning", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return dict(module.ALLOCATOR_ENV)
+
+
+ALLOCATOR_ENV = _allocator_env()
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "scripts" / "bench"
@@ -325,6 +340,22 @@ class RunConfig:
     duration: float
     warmup: float
     pin: bool
+    #: Give every server the allocator settings nimbus-thrift's daemon uses (see
+    #: nimbus_thrift/tuning.py), so a 1 MiB comparison measures the servers, not glibc's
+    #: defaults. --untuned-malloc runs everyone with the defaults instead.
+    tuned_malloc: bool = True
+
+
+def server_env(cfg: RunConfig) -> dict[str, str]:
+    """The environment of a server process: ours, plus the allocator settings for all
+    servers alike (Java's heap is its own; glibc's settings only touch its native side)."""
+    env = dict(os.environ)
+    if cfg.tuned_malloc:
+        env.update(ALLOCATOR_ENV)
+    else:
+        for key in ALLOCATOR_ENV:
+            env.pop(key, None)
+    return env
 
 
 def run_loadgen(
@@ -470,6 +501,7 @@ def bench_server(name: str, scenarios: list[Scenario], cfg: RunConfig, want_stra
             stdout=out_f,
             stderr=err_f,
             cwd=REPO,
+            env=server_env(cfg),
             preexec_fn=pin_to(SERVER_CORE if cfg.pin else None),
         )
     try:
@@ -634,6 +666,9 @@ def render_report(results: list[ServerResult], scenarios: list[Scenario], cfg: R
         f"Echo benchmark: closed loop, {cfg.duration:g} s measured after {cfg.warmup:g} s warm-up per scenario; "
         + (f"server on core {SERVER_CORE}, loadgen on core {LOADGEN_CORE}" if cfg.pin else "NOT pinned (fewer than 2 cores)")
         + "; 16-byte payload unless stated; MB = 10^6 bytes; ! = errors (listed below)",
+        "Allocator: every server runs with "
+        + (" ".join(f"{k}={v}" for k, v in ALLOCATOR_ENV.items()) + " (the daemon's settings)"
+           if cfg.tuned_malloc else "glibc's default settings (--untuned-malloc)"),
         "",
         render_table(results, scenarios),
         "",
@@ -754,6 +789,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     parser.add_argument("--strace", action="store_true",
                         help=f"also run {STRACE_SCENARIO} under `strace -c -f` and print syscalls per call")
+    parser.add_argument("--untuned-malloc", action="store_true",
+                        help="run every server with glibc's default allocator settings instead "
+                             "of the ones nimbus-thrift's daemon sets (applied to all servers)")
     args = parser.parse_args(argv)
     if args.duration <= 0 or args.warmup < 0:
         parser.error("--duration must be positive and --warmup not negative")
@@ -766,7 +804,8 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, {LOADGEN_CORE})
     else:
         log(f"cores {sorted(cores)} do not include {SERVER_CORE} and {LOADGEN_CORE}; running unpinned")
-    cfg = RunConfig(duration=args.duration, warmup=args.warmup, pin=pin)
+    cfg = RunConfig(duration=args.duration, warmup=args.warmup, pin=pin,
+                    tuned_malloc=not args.untuned_malloc)
     scenarios = [SCENARIOS[n] for n in args.scenarios]
 
     results = []
@@ -787,6 +826,7 @@ def main(argv: list[str] | None = None) -> int:
                 "server_core": SERVER_CORE,
                 "loadgen_core": LOADGEN_CORE,
                 "worker_threads": WORKER_THREADS,
+                "allocator_env": ALLOCATOR_ENV if cfg.tuned_malloc else None,
                 "scenarios": {s.name: {"connections": s.connections, "payload_bytes": s.payload} for s in scenarios},
             },
             "servers": {r.name: r.to_json() for r in results},
