@@ -17,6 +17,7 @@ uses thriftpy2's fast Cython writer.
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -387,6 +388,13 @@ def _struct_reader(cls: type) -> Reader:
     return read
 
 
+def struct_reader(cls: type) -> Callable[[Any, int, int], tuple[Any, int]]:
+    """``read(buf, pos, end) -> (obj, end_pos)`` for thriftpy2 class ``cls``, resolved
+    once (the dispatcher keeps one per method); same errors as :func:`decode_struct`."""
+    read = _struct_reader(cls)
+    return lambda buf, pos, end: read(buf, pos, end, 0)
+
+
 def decode_struct(cls: type, buf: bytes | bytearray, pos: int = 0,
                   end: int | None = None) -> tuple[Any, int]:
     """Decode one struct of thriftpy2 class ``cls`` from ``buf[pos:end]``.
@@ -410,6 +418,9 @@ def frame_header(size: int) -> bytes:
     return _U32.pack(size)
 
 
+_writers = threading.local()
+
+
 def encode_message(name: str, mtype: int, seqid: int, payload: Any) -> bytes:
     """A strict message header followed by ``payload`` (a thriftpy2 struct or
     ``TApplicationException``), as the bytes of one frame's payload (no length prefix).
@@ -417,11 +428,18 @@ def encode_message(name: str, mtype: int, seqid: int, payload: Any) -> bytes:
     Raises whatever the writer raises when ``payload`` holds a value that does not
     match its spec (the dispatcher maps that to INTERNAL_ERROR).
     """
-    buf = _Buffer()
-    proto = _Protocol(buf, strict_write=True)
-    proto.write_message_begin(name, mtype, seqid)
-    proto.write_struct(payload)
-    return buf.getvalue()
+    try:
+        buf, proto = _writers.pair
+    except AttributeError:  # first use on this thread: one writer per thread, reused
+        buf = _Buffer()     # (half the cost of building one per reply)
+        proto = _Protocol(buf, strict_write=True)
+        _writers.pair = (buf, proto)
+    try:
+        proto.write_message_begin(name, mtype, seqid)
+        proto.write_struct(payload)
+        return buf.getvalue()
+    finally:
+        buf.clean()
 
 
 #: From this size on, a string/binary result is sent as its own buffer after a small

@@ -59,6 +59,8 @@ class Method:
     func: Callable[..., Any] | None
     #: The result is a string or binary that may be large enough for the scatter path.
     large_result: bool = False
+    #: binary.struct_reader(args_cls), resolved once.
+    read_args: Callable[[Any, int, int], tuple[Any, int]] | None = None
 
 
 def _methods_of(service: ModuleType | type, handler: object, label: str
@@ -80,7 +82,8 @@ def _methods_of(service: ModuleType | type, handler: object, label: str
             oneway=bool(getattr(result_cls, "oneway", False)),
             arg_names=tuple(entry[1] for _, entry in sorted(args_cls.thrift_spec.items())),
             declared=declared, func=func,
-            large_result=success is not None and success[0] in binary.STRING_TYPES)
+            large_result=success is not None and success[0] in binary.STRING_TYPES,
+            read_args=binary.struct_reader(args_cls))
     if missing:
         log.warning("handler_incomplete", service=label, handler=type(handler).__name__,
                     missing=missing,
@@ -180,7 +183,8 @@ class Dispatcher:
                 raise UnknownMethodError(
                     f"method {name!r} is declared in the IDL but the handler does not "
                     f"implement it")
-            args, _ = binary.decode_struct(method.args_cls, frame, header.end)
+            assert method.read_args is not None
+            args, _ = method.read_args(frame, header.end, len(frame))
         except RequestError as exc:
             oneway = mtype == binary.ONEWAY or (method is not None and method.oneway)
             log.warning("request_refused", code=exc.code.name, error=str(exc),
@@ -196,7 +200,7 @@ class Dispatcher:
         values = args.__dict__
         assert method.func is not None
         try:
-            value = method.func(*[values[k] for k in method.arg_names])
+            value = method.func(*map(values.__getitem__, method.arg_names))
         except TApplicationException as exc:  # the handler chose the code itself
             log.info("handler_application_exception", code=exc.type, error=exc.message)
             if method.oneway:
@@ -220,7 +224,9 @@ class Dispatcher:
                 AppErrorCode.INTERNAL_ERROR), Status.FAILED
         if method.oneway:
             return None, Status.OK
-        result = method.result_cls()
+        # Skips the generated __init__ (which sets every field to None first): the
+        # writer reads absent fields as None.
+        result = object.__new__(method.result_cls)
         result.success = value
         return self._encode(method, name, seqid, result, Status.OK)
 
