@@ -762,6 +762,11 @@ class Server:
                  grace_s=round(max(0.0, self._stop_deadline - time.monotonic()), 3))
 
     def _finish(self, ep: select.epoll) -> None:
+        pool = self._pool
+        assert pool is not None
+        # Requests no worker has started are dropped (their connections close below):
+        # a handler must not start after the server has stopped.
+        not_started = {id(task[0]) for task in pool.discard_queued()}
         with self._finish_lock:
             self._finished = True
             # Outcomes that came back too late: count them, then close below.
@@ -772,12 +777,11 @@ class Server:
                     self._state.requests_failed += 1
             leftover = list(self._conns.values())
             for conn in leftover:
-                processing = conn.state is State.PROCESSING
+                # PROCESSING with a worker on it: the worker closes the socket when done.
+                busy = conn.state in (State.PROCESSING, State.WRITING)
+                processing = conn.state is State.PROCESSING and id(conn) not in not_started
                 self._really_close(conn, "server stopped before the reply was written"
-                                   if processing or conn.state is State.WRITING else None,
-                                   keep_socket=processing)
-        pool = self._pool
-        assert pool is not None
+                                   if busy else None, keep_socket=processing)
         stuck = pool.stop(timeout=max(0.0, self._stop_deadline - time.monotonic()) + 0.5)
         ep.close()
         assert self._wakeup is not None

@@ -93,6 +93,15 @@ class WorkerPool:
             except BaseException:  # noqa: BLE001 - a worker must survive anything
                 log.exception("worker_task_crashed")
 
+    def discard_queued(self) -> list[Task]:
+        """Take every task no worker has started (at stop, past the grace period)."""
+        taken = []
+        while True:
+            try:
+                taken.append(self._tasks.popleft())
+            except IndexError:
+                return taken
+
     def stop(self, timeout: float | None = None) -> int:
         """Let queued tasks run, then end the threads; wait up to ``timeout`` seconds.
         Returns how many threads are still running a task (a handler that never ends)."""

@@ -482,6 +482,27 @@ def test_graceful_stop_delivers_in_flight_replies(demo):
     assert server.metrics().connections_open == 0
 
 
+def test_requests_not_started_at_stop_are_dropped_not_run(demo):
+    handler = GatedEcho()
+    server = serve(demo, handler, worker_threads=1)
+    busy, queued = connect(server.address), connect(server.address)
+    try:
+        busy.sendall(call(demo.Echo, "echo_binary", data=b"block-running"))
+        assert handler.entered.acquire(timeout=5)
+        queued.sendall(call(demo.Echo, "echo_binary", data=b"queued-never-runs"))
+        wait_for(lambda: server.metrics().queue_depth == 1, what="queued")
+        server.stop(grace=0.2)          # the running handler outlives the grace period
+        assert wait_closed(queued) == b""
+        handler.gate.set()
+        assert wait_closed(busy) == b""  # its reply was too late: the socket just closes
+        assert handler.order == [b"block-ru"]
+        assert server.metrics().bytes_reserved == 0
+    finally:
+        handler.gate.set()
+        busy.close()
+        queued.close()
+
+
 def test_metrics_count_requests(demo):
     with serve(demo) as server:
         with connect(server.address) as sock:
