@@ -532,39 +532,14 @@ class Server:
 
     def _queue_output(self, conn: Connection, payload: Reply, now: float) -> None:
         """Try to send a framed payload at once; keep what the socket did not take."""
-        sock: socket.socket = conn.sock  # type: ignore[assignment]
-        if isinstance(payload, list):
-            parts = payload
-            size = sum(map(len, parts))
-        else:
-            parts = [payload]
-            size = len(payload)
-        header = binary.FRAME_HEADER.pack(size)
-        buffers: list[Any]
-        try:
-            if size < _JOIN_BELOW:
-                data = header + b"".join(parts) if len(parts) > 1 else header + parts[0]
-                sent = sock.send(data)
-                if sent == len(data):
-                    return
-                buffers = [data]
-            else:
-                buffers = [header, *parts]
-                sent = sock.sendmsg(buffers)
-                if sent == size + 4:
-                    return
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-            buffers = [header, *parts] if size >= _JOIN_BELOW else [header + b"".join(parts)]
-        except OSError as exc:
-            conn.out = []
+        unsent = _send_now(conn.sock, payload)
+        if unsent is _WRITE_FAILED:
             conn.closing = True
-            self._close(conn, f"write failed: {exc}")
-            return
-        conn.out = _unsent(buffers, sent)
-        conn.write_started = now
-        self._set_interest(conn, _EPOLLOUT)
-        return
+            self._close(conn, "write failed: the client is gone")
+        elif unsent:
+            conn.out = unsent
+            conn.write_started = now
+            self._set_interest(conn, _EPOLLOUT)
 
     def _flush(self, conn: Connection, now: float,
                batch: list[tuple[Connection, Any]]) -> None:
