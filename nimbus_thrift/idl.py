@@ -16,7 +16,7 @@ import thriftpy2
 
 
 def idl_dir() -> Path:
-    """Return the directory holding ``demo.thrift`` (and later ``nimbus.thrift``).
+    """Return the directory holding ``demo.thrift`` and ``nimbus.thrift``.
 
     Raises:
         FileNotFoundError: neither the checkout nor the installed copy exists.
@@ -43,7 +43,12 @@ def load(name: str) -> ModuleType:
     """Load ``idl/<name>`` with thriftpy2, once per process.
 
     The module name is derived from the file name (``demo.thrift`` -> ``demo_thrift``),
-    as thriftpy2 requires, so its structs pickle and compare consistently.
+    as thriftpy2 requires, so its structs pickle and compare consistently. thriftpy2
+    registers that name in ``sys.modules``, so ``nimbus.thrift`` becomes
+    ``nimbus_idl_thrift``: plain ``nimbus_thrift`` would replace this package.
     """
     path = idl_path(name)
-    return thriftpy2.load(str(path), module_name=path.stem + "_thrift")
+    module_name = path.stem + "_thrift"
+    if module_name == __package__:
+        module_name = path.stem + "_idl_thrift"
+    return thriftpy2.load(str(path), module_name=module_name)
