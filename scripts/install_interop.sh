@@ -3,24 +3,39 @@
 # idempotently (each step runs only when its output is missing or stale):
 #   - Debian's thrift-compiler (the `thrift` command), from apt;
 #   - Node's `thrift` package, pinned in tests/interop/node/package-lock.json, via `npm ci`;
-#   - code generated from idl/demo.thrift (gitignored; rebuilt when the IDL is newer):
-#       tests/interop/gen-py/           `thrift --gen py`      (Apache Thrift Python tests)
-#       tests/interop/node/gen-nodejs/  `thrift --gen js:node` (beside node_modules, so the
-#                                       generated require('thrift') resolves there)
+#   - Apache Storm's own IDL, for the Nimbus compatibility tests: the streamparse 5.0.1 wheel
+#     (PyPI, no dependencies) embeds Storm 1.1's storm.thrift; it is downloaded into
+#     tests/interop/cache/ and extracted by tests/interop/storm_idl.py to
+#       tests/interop/storm/storm.thrift
+#   - generated code (gitignored; rebuilt when its IDL is newer):
+#       tests/interop/gen-py/           `thrift --gen py` of idl/demo.thrift (Apache Thrift
+#                                       Python tests)
+#       tests/interop/node/gen-nodejs/  `thrift --gen js:node` of idl/demo.thrift (beside
+#                                       node_modules, so require('thrift') resolves there)
+#       tests/interop/gen-storm-py/     `thrift --gen py` of Storm's storm.thrift
+#       tests/interop/gen-nimbus-py/    `thrift --gen py` of idl/nimbus.thrift
 # Called by scripts/setup.sh; safe to run on its own. Exits non-zero with a message on failure.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 
 idl=idl/demo.thrift
+nimbus_idl=idl/nimbus.thrift
 node_dir=tests/interop/node
 gen_py=tests/interop/gen-py
 gen_node="$node_dir/gen-nodejs"
+streamparse_version=5.0.1   # must match STREAMPARSE_VERSION in the extractor
+wheel_cache=tests/interop/cache
+extractor=tests/interop/storm_idl.py
+storm_idl=tests/interop/storm/storm.thrift
+gen_storm_py=tests/interop/gen-storm-py
+gen_nimbus_py=tests/interop/gen-nimbus-py
 
 say() { echo "interop: $*"; }
 die() { echo "interop: ERROR: $*" >&2; exit 1; }
 
 [ -f "$idl" ] || die "$idl not found (run from a nimbus-thrift checkout)"
+[ -f "$nimbus_idl" ] || die "$nimbus_idl not found (run from a nimbus-thrift checkout)"
 
 # --- thrift-compiler (apt) ---------------------------------------------------------------
 as_root() {
@@ -63,25 +78,55 @@ if [ ! -f "$installed_lock" ] || [ "$node_dir/package-lock.json" -nt "$installed
 fi
 say "node: $(node --version), npm thrift $(node -p "require('./$node_dir/node_modules/thrift/package.json').version")"
 
+# --- Storm's IDL (PyPI: the streamparse wheel) --------------------------------------------
+# The venv's interpreter and pip when setup.sh has made them, else the system's.
+if [ -x .venv/bin/python ]; then py=.venv/bin/python; else py=python3; fi
+if [ -x .venv/bin/pip ]; then pip=(.venv/bin/pip); else pip=(python3 -m pip); fi
+find_wheel() {
+  local found=("$wheel_cache"/streamparse-"$streamparse_version"-*.whl)
+  [ -f "${found[0]}" ] && echo "${found[0]}"
+  return 0
+}
+wheel="$(find_wheel)"
+if [ -z "$wheel" ]; then
+  say "downloading streamparse $streamparse_version (wheel only, no dependencies) into $wheel_cache"
+  mkdir -p "$wheel_cache"
+  "${pip[@]}" download --quiet --no-deps --only-binary=:all: \
+      --dest "$wheel_cache" "streamparse==$streamparse_version" \
+    || die "pip download streamparse==$streamparse_version failed"
+  wheel="$(find_wheel)"
+  [ -n "$wheel" ] || die "pip download wrote no streamparse-$streamparse_version wheel into $wheel_cache"
+fi
+# Stale when the wheel or the extractor changed since the last extraction.
+if [ ! -f "$storm_idl" ] || [ "$wheel" -nt "$storm_idl" ] || [ "$extractor" -nt "$storm_idl" ]; then
+  say "extracting Storm's IDL from $(basename "$wheel") into $storm_idl"
+  "$py" "$extractor" "$wheel" "$storm_idl" || die "extracting Storm's IDL from $wheel failed"
+else
+  say "$storm_idl is up to date"
+fi
+
 # --- generated code ----------------------------------------------------------------------
-# generate LANG MARKER OUTDIR: runs the compiler into a fresh directory, then swaps it in, so
-# an interrupted run never leaves a half-written tree that looks up to date.
+# generate IDL LANG MARKER OUTDIR: runs the compiler into a fresh directory, then swaps it
+# in, so an interrupted run never leaves a half-written tree that looks up to date.
 generate() {
-  local lang="$1" marker="$2" out="$3"
-  if [ -f "$out/$marker" ] && [ ! "$idl" -nt "$out/$marker" ]; then
+  local src="$1" lang="$2" marker="$3" out="$4"
+  if [ -f "$out/$marker" ] && [ ! "$src" -nt "$out/$marker" ]; then
     say "$out is up to date"
     return
   fi
-  say "generating $out (thrift --gen $lang)"
+  say "generating $out (thrift --gen $lang $src)"
   local tmp="$out.tmp.$$"
   rm -rf "$tmp"
   mkdir -p "$tmp"
-  thrift --gen "$lang" -out "$tmp" "$idl" || { rm -rf "$tmp"; die "thrift --gen $lang $idl failed"; }
-  [ -f "$tmp/$marker" ] || { rm -rf "$tmp"; die "thrift --gen $lang did not write $marker"; }
+  thrift --gen "$lang" -out "$tmp" "$src" || { rm -rf "$tmp"; die "thrift --gen $lang $src failed"; }
+  [ -f "$tmp/$marker" ] || { rm -rf "$tmp"; die "thrift --gen $lang $src did not write $marker"; }
   rm -rf "$out"
   mv "$tmp" "$out"
 }
-generate py nimbus_demo/Echo.py "$gen_py"
-generate js:node Echo.js "$gen_node"
+generate "$idl" py nimbus_demo/Echo.py "$gen_py"
+generate "$idl" js:node Echo.js "$gen_node"
+# No `namespace py` in either file: the packages are named after the files.
+generate "$storm_idl" py storm/Nimbus.py "$gen_storm_py"
+generate "$nimbus_idl" py nimbus/Nimbus.py "$gen_nimbus_py"
 
 say "ready"
