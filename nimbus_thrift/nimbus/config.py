@@ -1,0 +1,190 @@
+"""The daemon's configuration: built once from defaults, a YAML file, environment
+variables and command-line flags (each overriding the one before), validated, frozen.
+
+YAML keys are the field names below (``data_dir`` or ``data-dir``); environment
+variables are ``NIMBUS_THRIFT_`` + the field name in capitals (``NIMBUS_THRIFT_PORT``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..options import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_READ_BUFFER_BYTES
+
+ENV_PREFIX = "NIMBUS_THRIFT_"
+
+#: Storm's nimbus.thrift.port.
+DEFAULT_PORT = 6627
+#: Storm's nimbus.thrift.max_buffer_size: upload chunks are 300 KiB, so 1 MiB frames
+#: are plenty, and a stray client cannot make the daemon buffer 16 MB per connection.
+DEFAULT_MAX_FRAME_SIZE = 1_048_576
+#: Storm's nimbus.thrift.threads.
+DEFAULT_WORKER_THREADS = 64
+#: Storm's storm.thrift.socket.timeout.ms: idle clients are dropped after 10 minutes.
+DEFAULT_IDLE_TIMEOUT = 600.0
+#: Zipped Python code is small; this bounds the disk one upload can fill.
+DEFAULT_MAX_UPLOAD_BYTES = 256 << 20
+#: Storm's nimbus.file.copy.expiration.secs: an upload idle this long is dropped.
+DEFAULT_FILE_COPY_EXPIRATION_SECS = 600.0
+#: Storm cleans its inbox of jars older than an hour; unused uploads go after this.
+DEFAULT_UPLOAD_RETENTION_SECS = 3600.0
+#: Bytes per downloadChunk reply.
+DEFAULT_DOWNLOAD_CHUNK_BYTES = 1 << 20
+#: How often expired uploads and downloads are swept.
+DEFAULT_SWEEP_SECS = 30.0
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "nimbus-thrift"
+
+
+class ConfigError(ValueError):
+    """A configuration value is unusable; the message names the key and its source."""
+
+
+@dataclass(frozen=True)
+class NimbusConfig:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    data_dir: Path = dataclasses.field(default_factory=default_data_dir)
+    worker_threads: int = DEFAULT_WORKER_THREADS
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    max_read_buffer_bytes: int = DEFAULT_MAX_READ_BUFFER_BYTES
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    file_copy_expiration_secs: float = DEFAULT_FILE_COPY_EXPIRATION_SECS
+    upload_retention_secs: float = DEFAULT_UPLOAD_RETENTION_SECS
+    download_chunk_bytes: int = DEFAULT_DOWNLOAD_CHUNK_BYTES
+    sweep_secs: float = DEFAULT_SWEEP_SECS
+    launcher: str = "none"
+    spark_master: str = "local[*]"
+    log_level: str = "info"
+    log_format: str = "auto"
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            _check(f.name, getattr(self, f.name))
+
+
+_LIMITS = {  # field -> (lowest allowed, inclusive)
+    "port": 0, "worker_threads": 1, "max_frame_size": 64, "max_read_buffer_bytes": 64,
+    "max_connections": 1, "max_upload_bytes": 1, "download_chunk_bytes": 1,
+}
+
+
+def _check(name: str, value: Any) -> None:
+    if name == "port" and not 0 <= value <= 65535:
+        raise ConfigError(f"port must be between 0 and 65535, not {value}")
+    if name in _LIMITS and value < _LIMITS[name]:
+        raise ConfigError(f"{name} must be at least {_LIMITS[name]}, not {value}")
+    if isinstance(value, float) and not (value > 0 and value != float("inf")):
+        raise ConfigError(f"{name} must be a positive number of seconds, not {value}")
+    if name == "log_level" and value not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"log_level must be debug, info, warning or error, not {value!r}")
+    if name == "log_format" and value not in ("auto", "console", "json"):
+        raise ConfigError(f"log_format must be auto, console or json, not {value!r}")
+    if name in ("host", "launcher", "spark_master") and not value:
+        raise ConfigError(f"{name} must not be empty")
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(NimbusConfig)}
+_TYPES = {"host": str, "port": int, "data_dir": Path, "worker_threads": int,
+          "max_frame_size": int, "max_read_buffer_bytes": int, "max_connections": int,
+          "idle_timeout": float, "max_upload_bytes": int, "file_copy_expiration_secs": float,
+          "upload_retention_secs": float, "download_chunk_bytes": int, "sweep_secs": float,
+          "launcher": str, "spark_master": str, "log_level": str, "log_format": str}
+assert set(_TYPES) == set(_FIELDS)
+
+
+def _coerce(name: str, value: Any, source: str) -> Any:
+    kind = _TYPES[name]
+    try:
+        if kind is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if kind is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if kind is Path:
+            if not isinstance(value, (str, Path)) or not str(value):
+                raise ValueError
+            return Path(value).expanduser()
+        if not isinstance(value, str):
+            raise ValueError
+        return value
+    except (TypeError, ValueError):
+        expected = {int: "an integer", float: "a number", Path: "a path", str: "a string"}
+        raise ConfigError(f"{source}: {name} must be {expected[kind]}, not {value!r}") \
+            from None
+
+
+def load_config(file: Path | None = None, env: Mapping[str, str] | None = None,
+                flags: Mapping[str, Any] | None = None) -> NimbusConfig:
+    """Build the configuration.
+
+    Args:
+        file: a YAML file of ``key: value`` pairs, or None.
+        env: the environment (``os.environ`` when None); ``NIMBUS_THRIFT_*`` is read.
+        flags: values given on the command line; None values mean "not given".
+
+    Raises:
+        ConfigError: unreadable file, unknown key, wrong type, value out of range.
+    """
+    values: dict[str, Any] = {}
+    if file is not None:
+        values.update(_from_file(file))
+    env = os.environ if env is None else env
+    for name in _FIELDS:
+        key = ENV_PREFIX + name.upper()
+        if key in env:
+            values[name] = _coerce(name, env[key], f"environment variable {key}")
+    for name, value in (flags or {}).items():
+        if value is None:
+            continue
+        if name not in _FIELDS:
+            raise ConfigError(f"unknown setting {name!r}")
+        values[name] = _coerce(name, value, f"--{name.replace('_', '-')}")
+    try:
+        return NimbusConfig(**values)
+    except ConfigError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from None
+
+
+def _from_file(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must be a mapping of settings, "
+                          f"not {type(data).__name__}")
+    values = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in _FIELDS:
+            raise ConfigError(f"config file {path}: unknown setting {key!r}; known: "
+                              + ", ".join(sorted(_FIELDS)))
+        values[name] = _coerce(name, value, f"config file {path}")
+    return values
+
+
+def to_public(config: NimbusConfig) -> dict[str, Any]:
+    """The configuration as JSON-ready values (paths as strings)."""
+    return {name: (str(v) if isinstance(v, Path) else v)
+            for name, v in dataclasses.asdict(config).items()}

@@ -1,0 +1,292 @@
+"""The daemon's durable state: one SQLite database (WAL) under the data directory.
+
+What is here is what was acknowledged: a call that changes state commits before it
+returns, and ``synchronous=FULL`` makes a commit survive a killed process and a power
+cut. Files (uploaded code) live beside the database; their rows say which are complete.
+
+Tables::
+
+    meta        key/value: schema version, the topology id counter
+    topologies  one row per known topology (KILLED ones too, until removed)
+    actions     the pending timer of a topology: 'remove' after a kill, 'rebalance'
+    errors      errors reported for a topology's components
+    uploads     code uploads: 'open' (chunks arriving) or 'complete' (checksummed)
+
+One connection, serialised by a lock: every statement here takes microseconds, and the
+RPC workers would only queue on SQLite's own lock otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS topologies (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    status TEXT NOT NULL,
+    prev_status TEXT,
+    owner TEXT NOT NULL,
+    submitted_at REAL NOT NULL,
+    num_workers INTEGER NOT NULL,
+    executors TEXT NOT NULL,
+    tasks TEXT NOT NULL,
+    conf TEXT NOT NULL,
+    topology BLOB NOT NULL,
+    code_upload TEXT NOT NULL,
+    code_sha256 TEXT NOT NULL,
+    code_bytes INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS actions (
+    topology_id TEXT PRIMARY KEY REFERENCES topologies(id) ON DELETE CASCADE,
+    kind TEXT NOT NULL,
+    due_at REAL NOT NULL,
+    options TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS errors (
+    topology_id TEXT NOT NULL REFERENCES topologies(id) ON DELETE CASCADE,
+    component TEXT NOT NULL,
+    message TEXT NOT NULL,
+    time_secs INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS errors_by_topology ON errors(topology_id);
+CREATE TABLE IF NOT EXISTS uploads (
+    id TEXT PRIMARY KEY,
+    location TEXT NOT NULL UNIQUE,
+    state TEXT NOT NULL,
+    bytes INTEGER NOT NULL,
+    sha256 TEXT,
+    created_at REAL NOT NULL,
+    touched_at REAL NOT NULL,
+    completed_at REAL
+);
+"""
+
+#: Errors kept per topology: the newest, so a crash loop cannot grow the database.
+MAX_ERRORS_PER_TOPOLOGY = 100
+
+
+class StoreError(Exception):
+    """The database is unusable (newer schema, corrupt file); the message says which."""
+
+
+@dataclass(frozen=True)
+class TopologyRecord:
+    id: str
+    name: str
+    status: str
+    prev_status: str | None
+    owner: str
+    submitted_at: float
+    num_workers: int
+    executors: dict[str, int]
+    tasks: dict[str, int]
+    conf: dict[str, Any]
+    topology: bytes
+    code_upload: str
+    code_sha256: str
+    code_bytes: int
+
+
+@dataclass(frozen=True)
+class Action:
+    topology_id: str
+    kind: str                       # 'remove' or 'rebalance'
+    due_at: float
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Upload:
+    id: str
+    location: str
+    state: str                      # 'open' or 'complete'
+    bytes: int
+    sha256: str | None
+    created_at: float
+    touched_at: float
+    completed_at: float | None
+
+
+class Store:
+    """Typed access to the state database. Thread-safe."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.execute("PRAGMA busy_timeout=5000")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open the state database {path}: {exc}") from None
+        self._lock = threading.RLock()
+        self._depth = 0
+        with self.transaction():
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                self._db.execute(statement)
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None:
+                self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise StoreError(f"{path} has schema version {row[0]}, newer than this "
+                                 f"nimbus-thrift understands ({SCHEMA_VERSION})")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group statements into one atomic commit; nested uses join the outer one."""
+        with self._lock:
+            if self._depth == 0:
+                self._db.execute("BEGIN IMMEDIATE")
+            self._depth += 1
+            try:
+                yield
+            except BaseException:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._db.execute("ROLLBACK")
+                raise
+            self._depth -= 1
+            if self._depth == 0:
+                self._db.execute("COMMIT")
+
+    def _run(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        with self.transaction():
+            return self._db.execute(sql, params)
+
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        with self._lock:
+            return self._db.execute(sql, params).fetchall()
+
+    # --- ids ------------------------------------------------------------------------
+    def next_counter(self) -> int:
+        """The next value of the topology id counter (Storm's ``name-N-secs``)."""
+        with self.transaction():
+            row = self._db.execute("SELECT value FROM meta WHERE key='counter'").fetchone()
+            value = int(row[0]) + 1 if row else 1
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('counter', ?)", (value,))
+            return value
+
+    # --- topologies -----------------------------------------------------------------
+    def insert_topology(self, rec: TopologyRecord) -> None:
+        self._run("INSERT INTO topologies VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                  (rec.id, rec.name, rec.status, rec.prev_status, rec.owner,
+                   rec.submitted_at, rec.num_workers, json.dumps(rec.executors),
+                   json.dumps(rec.tasks), json.dumps(rec.conf), rec.topology,
+                   rec.code_upload, rec.code_sha256, rec.code_bytes))
+
+    def topology(self, topology_id: str) -> TopologyRecord | None:
+        rows = self._query("SELECT * FROM topologies WHERE id=?", (topology_id,))
+        return _topology(rows[0]) if rows else None
+
+    def topology_named(self, name: str) -> TopologyRecord | None:
+        rows = self._query("SELECT * FROM topologies WHERE name=?", (name,))
+        return _topology(rows[0]) if rows else None
+
+    def topologies(self) -> list[TopologyRecord]:
+        return [_topology(r) for r in
+                self._query("SELECT * FROM topologies ORDER BY submitted_at, id")]
+
+    def set_status(self, topology_id: str, status: str, prev_status: str | None) -> None:
+        self._run("UPDATE topologies SET status=?, prev_status=? WHERE id=?",
+                  (status, prev_status, topology_id))
+
+    def set_parallelism(self, topology_id: str, num_workers: int,
+                        executors: dict[str, int]) -> None:
+        self._run("UPDATE topologies SET num_workers=?, executors=? WHERE id=?",
+                  (num_workers, json.dumps(executors), topology_id))
+
+    def delete_topology(self, topology_id: str) -> None:
+        self._run("DELETE FROM topologies WHERE id=?", (topology_id,))
+
+    # --- actions (durable timers) ----------------------------------------------------
+    def set_action(self, action: Action) -> None:
+        """Arm (or re-arm) the topology's one pending action."""
+        self._run("INSERT OR REPLACE INTO actions VALUES (?,?,?,?)",
+                  (action.topology_id, action.kind, action.due_at,
+                   json.dumps(action.options)))
+
+    def clear_action(self, topology_id: str) -> None:
+        self._run("DELETE FROM actions WHERE topology_id=?", (topology_id,))
+
+    def action(self, topology_id: str) -> Action | None:
+        rows = self._query("SELECT * FROM actions WHERE topology_id=?", (topology_id,))
+        return _action(rows[0]) if rows else None
+
+    def actions(self) -> list[Action]:
+        return [_action(r) for r in self._query("SELECT * FROM actions ORDER BY due_at")]
+
+    # --- errors ---------------------------------------------------------------------
+    def add_error(self, topology_id: str, component: str, message: str,
+                  time_secs: int) -> None:
+        with self.transaction():
+            self._db.execute("INSERT INTO errors VALUES (?,?,?,?)",
+                             (topology_id, component, message, time_secs))
+            self._db.execute(
+                "DELETE FROM errors WHERE topology_id=? AND rowid NOT IN (SELECT rowid "
+                "FROM errors WHERE topology_id=? ORDER BY rowid DESC LIMIT ?)",
+                (topology_id, topology_id, MAX_ERRORS_PER_TOPOLOGY))
+
+    def errors(self, topology_id: str) -> list[tuple[str, str, int]]:
+        """``(component, message, time_secs)``, oldest first."""
+        return [tuple(r) for r in self._query(
+            "SELECT component, message, time_secs FROM errors WHERE topology_id=? "
+            "ORDER BY rowid", (topology_id,))]
+
+    # --- uploads --------------------------------------------------------------------
+    def insert_upload(self, up: Upload) -> None:
+        self._run("INSERT INTO uploads VALUES (?,?,?,?,?,?,?,?)",
+                  (up.id, up.location, up.state, up.bytes, up.sha256, up.created_at,
+                   up.touched_at, up.completed_at))
+
+    def upload(self, upload_id: str) -> Upload | None:
+        rows = self._query("SELECT * FROM uploads WHERE id=?", (upload_id,))
+        return Upload(*rows[0]) if rows else None
+
+    def upload_at(self, location: str) -> Upload | None:
+        rows = self._query("SELECT * FROM uploads WHERE location=?", (location,))
+        return Upload(*rows[0]) if rows else None
+
+    def uploads(self) -> list[Upload]:
+        return [Upload(*r) for r in self._query("SELECT * FROM uploads ORDER BY created_at")]
+
+    def grow_upload(self, upload_id: str, size: int, touched_at: float) -> None:
+        self._run("UPDATE uploads SET bytes=?, touched_at=? WHERE id=? AND state='open'",
+                  (size, touched_at, upload_id))
+
+    def complete_upload(self, upload_id: str, sha256: str, completed_at: float) -> None:
+        self._run("UPDATE uploads SET state='complete', sha256=?, completed_at=?, "
+                  "touched_at=? WHERE id=?", (sha256, completed_at, completed_at, upload_id))
+
+    def delete_upload(self, upload_id: str) -> None:
+        self._run("DELETE FROM uploads WHERE id=?", (upload_id,))
+
+    def upload_in_use(self, upload_id: str) -> bool:
+        return bool(self._query("SELECT 1 FROM topologies WHERE code_upload=? LIMIT 1",
+                                (upload_id,)))
+
+
+def _topology(row: Any) -> TopologyRecord:
+    (tid, name, status, prev, owner, submitted, workers, executors, tasks, conf,
+     topology, upload, sha, size) = row
+    return TopologyRecord(tid, name, status, prev, owner, submitted, workers,
+                          json.loads(executors), json.loads(tasks), json.loads(conf),
+                          bytes(topology), upload, sha, size)
+
+
+def _action(row: Any) -> Action:
+    return Action(row[0], row[1], row[2], json.loads(row[3]))

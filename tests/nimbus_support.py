@@ -1,0 +1,155 @@
+"""Shared pieces for the Nimbus tests: topology builders, code zips, a fake clock and a
+recording fake launcher (fakes live here, in the tests, never in the product)."""
+
+from __future__ import annotations
+
+import io
+import threading
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from nimbus_thrift.nimbus import nimbus_idl
+from nimbus_thrift.nimbus.launcher import ComponentStats, LaunchSpec, RunStatus, WorkerNode
+
+N = nimbus_idl()
+
+WORDCOUNT_CODE = {
+    "wordcount/__init__.py": "",
+    "wordcount/components.py": (
+        "class SentenceSpout:\n    pass\n\n"
+        "class SplitBolt:\n    pass\n\n"
+        "class CountBolt:\n    pass\n"),
+}
+
+
+def make_zip(files: dict[str, str | bytes] | None = None) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in (files if files is not None else WORDCOUNT_CODE).items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def shell(script: str, command: str = "python") -> Any:
+    return N.ComponentObject(shell=N.ShellComponent(execution_command=command, script=script))
+
+
+def common(inputs: dict[tuple[str, str], Any] | None = None,
+           streams: dict[str, list[str]] | None = None, par: int | None = 1,
+           json_conf: str | None = None) -> Any:
+    return N.ComponentCommon(
+        inputs={N.GlobalStreamId(componentId=c, streamId=s): g
+                for (c, s), g in (inputs or {}).items()},
+        streams={sid: N.StreamInfo(output_fields=fields, direct=False)
+                 for sid, fields in (streams if streams is not None
+                                     else {"default": ["word"]}).items()},
+        parallelism_hint=par, json_conf=json_conf)
+
+
+def shuffle() -> Any:
+    return N.Grouping(shuffle=N.NullStruct())
+
+
+def fields(*names: str) -> Any:
+    return N.Grouping(fields=list(names))
+
+
+def wordcount(split_par: int = 2, count_par: int = 3) -> Any:
+    """sentences -> split (shuffle) -> count (fields 'word')."""
+    return N.StormTopology(
+        spouts={"sentences": N.SpoutSpec(
+            spout_object=shell("wordcount.components.SentenceSpout"),
+            common=common(streams={"default": ["sentence"]}))},
+        bolts={
+            "split": N.Bolt(bolt_object=shell("wordcount.components.SplitBolt"),
+                            common=common({("sentences", "default"): shuffle()},
+                                          {"default": ["word"]}, par=split_par)),
+            "count": N.Bolt(bolt_object=shell("wordcount.components.CountBolt"),
+                            common=common({("split", "default"): fields("word")},
+                                          {"default": ["word", "count"]}, par=count_par)),
+        },
+        state_spouts={})
+
+
+class FakeClock:
+    def __init__(self, now: float = 1_700_000_000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class FakeLauncher:
+    """Records calls; keeps a state per topology; can be told to fail a method."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.specs: dict[str, LaunchSpec] = {}
+        self.state: dict[str, str] = {}
+        self.fail: set[str] = set()
+        self.stats: dict[str, dict[str, ComponentStats]] = {}
+        self.lock = threading.Lock()
+
+    def _record(self, method: str, topology_id: str) -> None:
+        with self.lock:
+            self.calls.append((method, topology_id))
+        if method in self.fail:
+            raise RuntimeError(f"{method} exploded")
+
+    def launch(self, spec: LaunchSpec) -> None:
+        self._record("launch", spec.topology_id)
+        self.specs[spec.topology_id] = spec
+        self.state[spec.topology_id] = "running" if spec.active else "paused"
+
+    def stop(self, topology_id: str, grace: float) -> None:
+        self._record("stop", topology_id)
+        self.state[topology_id] = "stopped"
+
+    def pause(self, topology_id: str) -> None:
+        self._record("pause", topology_id)
+        self.state[topology_id] = "paused"
+
+    def resume(self, topology_id: str) -> None:
+        self._record("resume", topology_id)
+        self.state[topology_id] = "running"
+
+    def rebalance(self, spec: LaunchSpec) -> None:
+        self._record("rebalance", spec.topology_id)
+        self.specs[spec.topology_id] = spec
+        self.state[spec.topology_id] = "running" if spec.active else "paused"
+
+    def status(self, topology_id: str) -> RunStatus:
+        if "status" in self.fail:
+            raise RuntimeError("status exploded")
+        state = self.state.get(topology_id, "stopped")
+        return RunStatus(state=state, detail=f"fake: {state}", started_at=None,
+                         host="127.0.0.1", port=4040, components=self.stats.get(topology_id, {}))
+
+    def nodes(self) -> list[WorkerNode]:
+        return [WorkerNode("worker-1", "127.0.0.1", 0.0, 4, len(
+            [s for s in self.state.values() if s in ("running", "paused")]), "fake-1")]
+
+    def close(self) -> None:
+        self._record("close", "")
+
+    def methods(self, topology_id: str) -> list[str]:
+        return [m for m, t in self.calls if t == topology_id]
+
+
+def upload(handler: Any, data: bytes, chunk: int = 307200) -> str:
+    location = handler.beginFileUpload()
+    for i in range(0, len(data), chunk):
+        handler.uploadChunk(location, data[i:i + chunk])
+    handler.finishFileUpload(location)
+    return location
+
+
+def write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
