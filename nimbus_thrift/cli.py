@@ -5,12 +5,17 @@ User mistakes are one sentence and a non-zero exit, never a traceback.
 
 from __future__ import annotations
 
+import json
+import os
 import signal
-from typing import Any
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
 
 import click
+import structlog
 
-from . import logs
+from . import logs, render
 from .tuning import tune_allocator
 from .options import (DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
                       DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FRAME_SIZE,
@@ -30,7 +35,12 @@ def _logging_options(func: Any) -> Any:
 @click.group()
 @click.version_option(package_name="nimbus-thrift")
 def main() -> None:
-    """nimbus-thrift: a half-sync/half-async Thrift server (and, soon, a Nimbus)."""
+    """nimbus-thrift: a Storm-Nimbus-like service on a half-sync/half-async Thrift server.
+
+    Start the daemon with `nimbus`; `list`, `info`, `kill`, `activate`, `deactivate`,
+    `rebalance` and `conf` talk to a running one (--host/--port, or the environment
+    variables NIMBUS_THRIFT_HOST and NIMBUS_THRIFT_PORT).
+    """
 
 
 @main.command()
@@ -80,11 +90,12 @@ def demo(host: str, port: int, workers: int, queue_size: int, max_frame_size: in
             from None
     click.echo(f"serving idl/demo.thrift on {bound_host}:{bound_port} "
                f"(Echo; Echo and Calculator multiplexed); Ctrl-C or SIGTERM stops", err=True)
-    _wait_for_signal(server)
+    _wait_for_signal()
+    server.stop(grace=10.0)
 
 
-def _wait_for_signal(server: Any) -> None:
-    """Block until SIGINT/SIGTERM, then stop the server gracefully."""
+def _wait_for_signal() -> None:
+    """Block until SIGINT or SIGTERM."""
     import threading
 
     stop = threading.Event()
@@ -96,7 +107,221 @@ def _wait_for_signal(server: Any) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     while not stop.wait(3600):
         pass
-    server.stop(grace=10.0)
+
+
+# --- the daemon ---------------------------------------------------------------------------
+
+@main.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="NIMBUS_THRIFT_CONFIG",
+              help="YAML file of settings (keys as the flags, e.g. data_dir: /srv/nimbus).")
+@click.option("--host", help="Address to listen on.  [default: 127.0.0.1]")
+@click.option("--port", type=int, help="Port to listen on.  [default: 6627, as Storm]")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="State, uploads, work directories.  [default: ~/.local/share/nimbus-thrift]")
+@click.option("--launcher", help="What runs topologies: 'none' or module:factory.  "
+                                 "[default: none]")
+@click.option("--spark-master", help="Spark master for topologies.  [default: local[*]]")
+@click.option("--workers", "worker_threads", type=int, help="RPC worker threads.  [default: 64]")
+@click.option("--max-frame-size", type=int, help="Largest request frame in bytes.  "
+                                                 "[default: 1048576, as Storm]")
+@click.option("--max-upload-bytes", type=int, help="Largest code upload.  [default: 256 MiB]")
+@click.option("--log-level", type=click.Choice(logs.LEVELS), help="[default: info]")
+@click.option("--log-format", type=click.Choice(["auto", "console", "json"]),
+              help="auto: console on a terminal, JSON otherwise.  [default: auto]")
+def nimbus(config_file: Path | None, **flags: Any) -> None:
+    """Run the nimbus daemon in the foreground until SIGTERM or Ctrl-C.
+
+    Settings come from defaults, then the --config file, then NIMBUS_THRIFT_<SETTING>
+    environment variables (NIMBUS_THRIFT_DATA_DIR, ...), then these flags.
+    """
+    from .nimbus import ConfigError, DaemonError, NimbusDaemon, load_config
+
+    try:
+        config = load_config(config_file, os.environ, flags)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    logs.configure(config.log_level, config.log_format)  # type: ignore[arg-type]
+    tune_allocator()
+    daemon = NimbusDaemon(config)
+    try:
+        host, port = daemon.start()
+    except DaemonError as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
+    click.echo(f"nimbus listening on {host}:{port} (data in {config.data_dir}, "
+               f"launcher {config.launcher}); Ctrl-C or SIGTERM stops", err=True)
+    _wait_for_signal()
+    daemon.stop(grace=10.0)
+
+
+# --- commands that talk to a running nimbus -------------------------------------------
+
+def _client_options(func: Any) -> Any:
+    func = click.option("--timeout", type=click.FloatRange(0, min_open=True), default=30.0,
+                        show_default=True, help="Seconds to wait for each reply.")(func)
+    func = click.option("--port", type=click.IntRange(1, 65535), default=6627,
+                        show_default=True, envvar="NIMBUS_THRIFT_PORT")(func)
+    func = click.option("--host", default="127.0.0.1", show_default=True,
+                        envvar="NIMBUS_THRIFT_HOST", help="Where the nimbus runs.")(func)
+    return func
+
+
+def _json_option(func: Any) -> Any:
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print JSON for scripts instead of a table.")(func)
+
+
+@contextmanager
+def _nimbus(host: str, port: int, timeout: float) -> Iterator[Any]:
+    """A connected client; every failure becomes one sentence and exit status 1."""
+    from thriftpy2.thrift import TApplicationException
+
+    from .client import NimbusClient, NimbusClientError
+
+    if not structlog.is_configured():
+        logs.configure("warning")  # the client's retries are debug lines: not for people
+    try:
+        with NimbusClient(host, port, timeout=timeout) as client:
+            yield client
+    except NimbusClientError as exc:
+        raise click.ClickException(str(exc)) from None
+    except TApplicationException as exc:
+        raise click.ClickException(f"nimbus at {host}:{port} refused: {exc.message}") \
+            from None
+    except Exception as exc:
+        # The IDL's exceptions (NotAliveException, ...) all carry one field: msg.
+        msg = getattr(exc, "msg", None)
+        if msg is None:
+            raise
+        raise click.ClickException(msg) from None
+
+
+def _topology_id(client: Any, name: str) -> str:
+    for summary in client.getClusterInfo().topologies:
+        if summary.name == name:
+            return str(summary.id)
+    raise click.ClickException(f"no topology named {name!r} (see 'nimbus-thrift list')")
+
+
+def _echo_json(value: Any) -> None:
+    click.echo(json.dumps(render.jsonable(value), indent=2, sort_keys=True))
+
+
+@main.command("list")
+@_client_options
+@_json_option
+def list_(host: str, port: int, timeout: float, as_json: bool) -> None:
+    """List the topologies."""
+    with _nimbus(host, port, timeout) as client:
+        summary = client.getClusterInfo()
+    if as_json:
+        _echo_json(summary.topologies)
+    else:
+        click.echo(render.topologies_table(summary))
+
+
+@main.command()
+@click.argument("name")
+@_client_options
+@_json_option
+def info(name: str, host: str, port: int, timeout: float, as_json: bool) -> None:
+    """Show one topology: status, components with their figures, errors."""
+    with _nimbus(host, port, timeout) as client:
+        topology_info = client.getTopologyInfo(_topology_id(client, name))
+    if as_json:
+        payload = render.jsonable(topology_info)
+        payload["components"] = render.component_rows(topology_info)
+        click.echo(json.dumps(payload, indent=2, sort_keys=True))
+    else:
+        click.echo(render.info_text(topology_info))
+
+
+@main.command()
+@click.argument("name")
+@click.option("-w", "--wait", "wait_secs", type=click.IntRange(0),
+              help="Seconds between deactivation and removal.  "
+                   "[default: the topology's topology.message.timeout.secs]")
+@_client_options
+def kill(name: str, wait_secs: int | None, host: str, port: int, timeout: float) -> None:
+    """Kill a topology: deactivate it now, remove it after the wait."""
+    with _nimbus(host, port, timeout) as client:
+        client.killTopologyWithOpts(name, client.idl.KillOptions(wait_secs=wait_secs))
+    click.echo(f"killed {name}" + ("" if wait_secs is None else f"; removed in {wait_secs} s"))
+
+
+@main.command()
+@click.argument("name")
+@_client_options
+def activate(name: str, host: str, port: int, timeout: float) -> None:
+    """Resume a deactivated topology's spouts."""
+    with _nimbus(host, port, timeout) as client:
+        client.activate(name)
+    click.echo(f"activated {name}")
+
+
+@main.command()
+@click.argument("name")
+@_client_options
+def deactivate(name: str, host: str, port: int, timeout: float) -> None:
+    """Pause a topology's spouts (its state is kept)."""
+    with _nimbus(host, port, timeout) as client:
+        client.deactivate(name)
+    click.echo(f"deactivated {name}")
+
+
+class _ComponentCount(click.ParamType):
+    name = "COMPONENT=N"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[str, int]:
+        component, sep, count = str(value).rpartition("=")
+        if not sep or not component:
+            self.fail(f"{value!r} is not COMPONENT=N", param, ctx)
+        try:
+            number = int(count)
+        except ValueError:
+            self.fail(f"{value!r}: {count!r} is not a whole number", param, ctx)
+        if number < 1:
+            self.fail(f"{value!r}: a component needs at least 1 executor", param, ctx)
+        return component, number
+
+
+@main.command()
+@click.argument("name")
+@click.option("-w", "--wait", "wait_secs", type=click.IntRange(0),
+              help="Seconds to wait before applying.  [default: the topology's "
+                   "topology.message.timeout.secs]")
+@click.option("-n", "--num-workers", type=click.IntRange(1), help="New number of workers.")
+@click.option("-e", "--executors", multiple=True, type=_ComponentCount(),
+              help="New executor count of a component; repeatable.")
+@_client_options
+def rebalance(name: str, wait_secs: int | None, num_workers: int | None,
+              executors: tuple[tuple[str, int], ...], host: str, port: int,
+              timeout: float) -> None:
+    """Change a topology's workers or a component's executors."""
+    with _nimbus(host, port, timeout) as client:
+        client.rebalance(name, client.idl.RebalanceOptions(
+            wait_secs=wait_secs, num_workers=num_workers,
+            num_executors=dict(executors) or None))
+    click.echo(f"rebalancing {name}")
+
+
+@main.command()
+@_client_options
+@_json_option
+def conf(host: str, port: int, timeout: float, as_json: bool) -> None:
+    """Show the nimbus's configuration."""
+    with _nimbus(host, port, timeout) as client:
+        text = client.getNimbusConf()
+    values = json.loads(text)
+    if as_json:
+        click.echo(json.dumps(values, indent=2, sort_keys=True))
+    else:
+        click.echo(render.table(["KEY", "VALUE"],
+                                [(k, json.dumps(v) if not isinstance(v, str) else v)
+                                 for k, v in sorted(values.items())]))
 
 
 if __name__ == "__main__":  # pragma: no cover

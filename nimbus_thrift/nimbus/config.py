@@ -116,7 +116,8 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         if kind is Path:
             if not isinstance(value, (str, Path)) or not str(value):
                 raise ValueError
-            return Path(value).expanduser()
+            # Absolute: upload locations and getNimbusConf carry it to other processes.
+            return Path(value).expanduser().absolute()
         if not isinstance(value, str):
             raise ValueError
         return value
