@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -73,6 +74,7 @@ def demo(host: str, port: int, workers: int, queue_size: int, max_frame_size: in
     tune_allocator()
     module = demo_thrift()
     echo = EchoHandler()
+    stop = _on_stop_signals()
     try:
         server = make_server(
             module.Echo, echo, host=host, port=port,
@@ -90,14 +92,13 @@ def demo(host: str, port: int, workers: int, queue_size: int, max_frame_size: in
             from None
     click.echo(f"serving idl/demo.thrift on {bound_host}:{bound_port} "
                f"(Echo; Echo and Calculator multiplexed); Ctrl-C or SIGTERM stops", err=True)
-    _wait_for_signal()
+    _wait(stop)
     server.stop(grace=10.0)
 
 
-def _wait_for_signal() -> None:
-    """Block until SIGINT or SIGTERM."""
-    import threading
-
+def _on_stop_signals() -> "threading.Event":
+    """Make SIGINT and SIGTERM set the returned event. Installed *before* the server
+    starts, so a signal right after the banner still stops it gracefully."""
     stop = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -105,6 +106,10 @@ def _wait_for_signal() -> None:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    return stop
+
+
+def _wait(stop: "threading.Event") -> None:
     while not stop.wait(3600):
         pass
 
@@ -144,6 +149,7 @@ def nimbus(config_file: Path | None, **flags: Any) -> None:
     logs.configure(config.log_level, config.log_format)  # type: ignore[arg-type]
     tune_allocator()
     daemon = NimbusDaemon(config)
+    stop = _on_stop_signals()
     try:
         host, port = daemon.start()
     except DaemonError as exc:
@@ -153,7 +159,7 @@ def nimbus(config_file: Path | None, **flags: Any) -> None:
             f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
     click.echo(f"nimbus listening on {host}:{port} (data in {config.data_dir}, "
                f"launcher {config.launcher}); Ctrl-C or SIGTERM stops", err=True)
-    _wait_for_signal()
+    _wait(stop)
     daemon.stop(grace=10.0)
 
 
