@@ -12,11 +12,20 @@ Serve any service loaded with ``thriftpy2.load(...)``::
 Several services on one port (TMultiplexedProtocol, ``"Service:method"``)::
 
     make_server(None, None, services={"Echo": (Echo, h1), "Calculator": (Calc, h2)})
+
+Call a nimbus daemon (idl/nimbus.thrift)::
+
+    with nimbus_thrift.NimbusClient("127.0.0.1", 6627, timeout=30) as nimbus:
+        for topology in nimbus.getClusterInfo().topologies: ...
 """
 
+from .client import (BadReply, ConnectionLost, FrameRefused, NimbusClient, NimbusClientError,
+                     NimbusTimeout, NimbusUnavailable, ServerError)
 from .options import OptionError, ServerOptions
 from .server import Server, make_server
 from .metrics import MetricsSnapshot
 
-__all__ = ["MetricsSnapshot", "OptionError", "Server", "ServerOptions", "make_server"]
+__all__ = ["BadReply", "ConnectionLost", "FrameRefused", "MetricsSnapshot", "NimbusClient",
+           "NimbusClientError", "NimbusTimeout", "NimbusUnavailable", "OptionError", "Server",
+           "ServerError", "ServerOptions", "make_server"]
 __version__ = "0.1.0"
