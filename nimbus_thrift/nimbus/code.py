@@ -65,9 +65,11 @@ class CodeArchive:
         return cls(path, frozenset(members))
 
     def module_file(self, module: str) -> str | None:
-        """The member holding ``module`` (``a.b`` -> ``a/b.py`` or ``a/b/__init__.py``)."""
+        """The member holding ``module`` (``a.b`` -> ``a/b/__init__.py`` or ``a/b.py``)."""
         base = module.replace(".", "/")
-        for candidate in (base + ".py", base + "/__init__.py"):
+        # A package wins over a module of the same name, in Python's path finder and in
+        # zipimport alike: check the file Python will import.
+        for candidate in (base + "/__init__.py", base + ".py"):
             if candidate in self.members:
                 return candidate
         return None
@@ -92,8 +94,11 @@ class CodeArchive:
             source = zf.read(info)
         try:
             tree = ast.parse(source, filename=member)
-        except (SyntaxError, ValueError) as exc:
-            raise CodeError(f"{member} does not parse: {exc}") from None
+        # CPython's parser reports nesting too deep for it as RecursionError or
+        # MemoryError ("-" * 200000 + "1"): the source's fault, not the daemon's.
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            raise CodeError(f"{member} does not parse: {str(exc) or 'nested too deeply'}") \
+                from None
         if attr not in _top_level_names(tree):
             raise CodeError(f"{member} defines no top-level {attr!r}")
 

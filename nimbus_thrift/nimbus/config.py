@@ -83,7 +83,8 @@ def _check(name: str, value: Any) -> None:
         raise ConfigError(f"port must be between 0 and 65535, not {value}")
     if name in _LIMITS and value < _LIMITS[name]:
         raise ConfigError(f"{name} must be at least {_LIMITS[name]}, not {value}")
-    if isinstance(value, float) and not (value > 0 and value != float("inf")):
+    # By the declared type, not the value's: NimbusConfig(sweep_secs=0) passes an int.
+    if _TYPES[name] is float and not (value > 0 and value != float("inf")):
         raise ConfigError(f"{name} must be a positive number of seconds, not {value}")
     if name == "log_level" and value not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log_level must be debug, info, warning or error, not {value!r}")
@@ -166,6 +167,9 @@ def _from_file(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:   # a ValueError, not an OSError
+        raise ConfigError(f"cannot read config file {path}: it is not UTF-8 text "
+                          f"({exc.reason} at byte {exc.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

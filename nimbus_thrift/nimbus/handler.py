@@ -88,7 +88,7 @@ class NimbusHandler:
             expiration_secs=config.file_copy_expiration_secs,
             retention_secs=config.upload_retention_secs,
             chunk_bytes=config.download_chunk_bytes, clock=clock)
-        self.timers = Timers(self.run_action, self.transfers.sweep,
+        self.timers = Timers(self.run_action, self._sweep,
                              sweep_every=config.sweep_secs, clock=clock)
         self._lock = threading.RLock()
         self._protocol = TBinaryProtocolFactory()
@@ -116,6 +116,12 @@ class NimbusHandler:
 
     def close(self) -> None:
         self.timers.stop()
+
+    def _sweep(self) -> None:
+        # Under the submit lock: a submit that found its upload complete must not see
+        # it deleted by the retention sweep before the topology row references it.
+        with self._lock:
+            self.transfers.sweep()
 
     # --- submit ---------------------------------------------------------------------
     def submitTopology(self, name: str, uploadedJarLocation: str, jsonConf: str,

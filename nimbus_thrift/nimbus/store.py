@@ -124,23 +124,33 @@ class Store:
         self.path = path
         try:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open the state database {path}: {exc}") from None
+        try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.execute("PRAGMA busy_timeout=5000")
         except sqlite3.DatabaseError as exc:
+            self._db.close()            # a file that is not a database stays closed
             raise StoreError(f"cannot open the state database {path}: {exc}") from None
         self._lock = threading.RLock()
         self._depth = 0
-        with self.transaction():
-            for statement in filter(str.strip, _SCHEMA.split(";")):
-                self._db.execute(statement)
-            row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            if row is None:
-                self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise StoreError(f"{path} has schema version {row[0]}, newer than this "
-                                 f"nimbus-thrift understands ({SCHEMA_VERSION})")
+        try:
+            with self.transaction():
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    self._db.execute(statement)
+                row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+                if row is None:
+                    self._db.execute("INSERT INTO meta VALUES ('schema', ?)",
+                                     (SCHEMA_VERSION,))
+                elif int(row[0]) > SCHEMA_VERSION:
+                    raise StoreError(f"{path} has schema version {row[0]}, newer than this "
+                                     f"nimbus-thrift understands ({SCHEMA_VERSION})")
+        except BaseException:
+            # The caller never gets the object to close: do not leave the file open.
+            self._db.close()
+            raise
 
     def close(self) -> None:
         with self._lock:

@@ -110,9 +110,15 @@ class Transfers:
                     f"{self.max_upload_bytes} (max_upload_bytes); the upload was discarded")
             # The file is written before the row: after a crash the file may hold an
             # unacknowledged tail, which recovery trims; never the reverse.
-            with open(self.part_path(up.id), "r+b") as f:
-                f.seek(up.bytes)
-                f.write(chunk)
+            try:
+                with open(self.part_path(up.id), "r+b") as f:
+                    f.seek(up.bytes)
+                    f.write(chunk)
+            except OSError as exc:     # disk full, file removed behind our back, ...
+                log.error("upload_write_failed", upload=up.id, error=str(exc))
+                raise TransferError(f"upload {location!r}: cannot write the chunk "
+                                    f"({exc.strerror or exc}); the chunk was not stored") \
+                    from None
             self.store.grow_upload(up.id, size, self.clock())
 
     def finish_upload(self, location: str) -> Upload:
@@ -128,14 +134,19 @@ class Transfers:
                 return up
             part, final = self.part_path(up.id), self.code_path(up.id)
             digest = hashlib.sha256()
-            with open(part, "r+b") as f:
-                f.truncate(up.bytes)
-                os.fsync(f.fileno())
-                f.seek(0)
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
-            os.replace(part, final)
-            _fsync_dir(self.inbox)
+            try:
+                with open(part, "r+b") as f:
+                    f.truncate(up.bytes)
+                    os.fsync(f.fileno())
+                    f.seek(0)
+                    for block in iter(lambda: f.read(1 << 20), b""):
+                        digest.update(block)
+                os.replace(part, final)
+                _fsync_dir(self.inbox)
+            except OSError as exc:
+                log.error("upload_finish_failed", upload=up.id, error=str(exc))
+                raise TransferError(f"upload {location!r} cannot be finished "
+                                    f"({exc.strerror or exc})") from None
             self.store.complete_upload(up.id, digest.hexdigest(), self.clock())
             log.info("upload_finished", upload=up.id, bytes=up.bytes,
                      sha256=digest.hexdigest())
@@ -145,7 +156,8 @@ class Transfers:
 
     def completed(self, location: str) -> Upload | None:
         """The complete upload at ``location``, or None."""
-        up = self.store.upload_at(location)
+        # Only a string can name an upload; anything else sqlite3 cannot bind at all.
+        up = self.store.upload_at(location) if isinstance(location, str) else None
         return up if up is not None and up.state == "complete" else None
 
     def _upload_lock(self, location: str) -> "_Locked":
@@ -262,6 +274,8 @@ class Transfers:
                 if not self.store.upload_in_use(up.id):
                     self.store.delete_upload(up.id)
                     final.unlink(missing_ok=True)
+                else:
+                    claimed.add(final.name)     # kept with its row, not swept as a leftover
         for path in self.inbox.iterdir():
             if path.name not in claimed:
                 log.info("inbox_leftover_removed", file=path.name)

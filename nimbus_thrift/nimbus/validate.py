@@ -9,6 +9,7 @@ listing through :class:`~nimbus_thrift.nimbus.code.CodeArchive`.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -91,7 +92,7 @@ def parse_conf(text: str | None, what: str) -> dict[str, Any]:
     if text is None or text.strip() == "":
         return {}
     try:
-        conf = json.loads(text, parse_constant=_refuse_constant)
+        conf = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except (ValueError, RecursionError) as exc:
         raise InvalidTopology(f"{what} is not valid JSON: {exc}") from None
     if not isinstance(conf, dict):
@@ -104,6 +105,15 @@ def parse_conf(text: str | None, what: str) -> dict[str, Any]:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    # 1e999 is valid JSON but overflows to inf, which json.dumps would send back to
+    # clients (getTopologyConf) as the non-JSON token Infinity.
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of the range of a double")
+    return value
 
 
 @dataclass(frozen=True)
@@ -192,7 +202,9 @@ def check_topology(topology: Any, conf: dict[str, Any], code: CodeArchive | None
         if hint <= 0:
             raise InvalidTopology(f"{kind} {cid!r} has parallelism_hint {hint}; "
                                   "it must be at least 1")
-        tasks = comp_conf.get("topology.tasks") or hint
+        # Storm (StormCommon.componentParallelism) reads topology.tasks from the topology
+        # conf overridden by the component's, as it does topology.max.task.parallelism.
+        tasks = comp_conf.get("topology.tasks") or merged.get("topology.tasks") or hint
         executors = min(hint, tasks)
         component_cap = comp_conf.get("topology.max.task.parallelism") or cap
         if component_cap:
@@ -270,6 +282,12 @@ def _inputs_of(cid: str, kind: str, common: Any,
     inputs = common.inputs or {}
     if kind == "spout" and inputs:
         raise InvalidTopology(f"spout {cid!r} has inputs; spouts cannot subscribe to streams")
+    # The decoder does not enforce "required": a GlobalStreamId may arrive without its
+    # ids, and None would break the sort below with a TypeError instead of a sentence.
+    for gsid in inputs:
+        if not isinstance(gsid.componentId, str) or not isinstance(gsid.streamId, str):
+            raise InvalidTopology(f"bolt {cid!r} has an input without a component id or a "
+                                  f"stream id ({gsid.componentId!r}:{gsid.streamId!r})")
     result = []
     for gsid, grouping in sorted(inputs.items(),
                                  key=lambda kv: (kv[0].componentId, kv[0].streamId)):
@@ -328,6 +346,19 @@ def _check_acyclic(components: dict[str, ComponentPlan]) -> None:
             if not pending[consumer]:
                 ready.append(consumer)
         del pending[done]
+    # Then the same from the other end, so the message names the components on a cycle
+    # and not everything downstream of one (a long chain would make it kilobytes long).
+    feeding = {cid: 0 for cid in pending}
+    for deps in pending.values():
+        for dep in deps:
+            feeding[dep] += 1
+    sinks = [cid for cid, n in feeding.items() if n == 0]
+    while sinks:
+        sink = sinks.pop()
+        for dep in pending.pop(sink):
+            feeding[dep] -= 1
+            if feeding[dep] == 0:
+                sinks.append(dep)
     if pending:
         raise InvalidTopology("the topology has a cycle through "
                               + ", ".join(repr(c) for c in sorted(pending))

@@ -1,0 +1,297 @@
+"""The daemon's configuration (nimbus_thrift.nimbus.config): file < environment < flags,
+every value checked once with a sentence naming the key and where it came from."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nimbus_thrift.nimbus.config import (DEFAULT_PORT, ENV_PREFIX, ConfigError, NimbusConfig,
+                                         load_config, to_public)
+
+FIELDS = [f.name for f in dataclasses.fields(NimbusConfig)]
+
+
+def yaml_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "nimbus.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def config(file: Path | None = None, env: dict[str, str] | None = None,
+           **flags: Any) -> NimbusConfig:
+    return load_config(file, env or {}, flags)
+
+
+# --- sources and precedence -------------------------------------------------------------
+
+def test_defaults() -> None:
+    cfg = load_config(None, {}, {})
+    assert cfg == NimbusConfig()
+    assert cfg.port == DEFAULT_PORT and cfg.host == "127.0.0.1"
+
+
+def test_default_data_dir_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert NimbusConfig().data_dir == tmp_path / "nimbus-thrift"
+
+
+def test_precedence_file_env_flags(tmp_path: Path) -> None:
+    path = yaml_file(tmp_path, "port: 1001\nhost: file.example\nworker_threads: 3\n"
+                               "log_level: debug\n")
+    env = {"NIMBUS_THRIFT_PORT": "1002", "NIMBUS_THRIFT_HOST": "env.example"}
+    cfg = config(path, env, port=1003)
+    assert cfg.port == 1003                     # flag over env over file
+    assert cfg.host == "env.example"            # env over file
+    assert cfg.worker_threads == 3              # file over default
+    assert cfg.log_level == "debug"
+    assert cfg.max_frame_size == NimbusConfig().max_frame_size   # default
+    assert config(path, env).port == 1002
+    assert config(path).port == 1001
+
+
+def test_none_flags_mean_not_given(tmp_path: Path) -> None:
+    cfg = config(yaml_file(tmp_path, "port: 1001\n"), {"NIMBUS_THRIFT_HOST": "h"},
+                 port=None, host=None)
+    assert (cfg.port, cfg.host) == (1001, "h")
+
+
+def test_env_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NIMBUS_THRIFT_WORKER_THREADS", "9")
+    assert load_config(None, None, None).worker_threads == 9
+
+
+def test_every_field_has_an_env_variable(tmp_path: Path) -> None:
+    env = {ENV_PREFIX + "HOST": "0.0.0.0", ENV_PREFIX + "PORT": "0",
+           ENV_PREFIX + "DATA_DIR": str(tmp_path / "d"), ENV_PREFIX + "IDLE_TIMEOUT": "1.5",
+           ENV_PREFIX + "LAUNCHER": "spark", ENV_PREFIX + "LOG_FORMAT": "json",
+           ENV_PREFIX + "SWEEP_SECS": "2", ENV_PREFIX + "MAX_UPLOAD_BYTES": "1000"}
+    cfg = config(env=env)
+    assert (cfg.host, cfg.port, cfg.data_dir, cfg.idle_timeout, cfg.launcher,
+            cfg.log_format, cfg.sweep_secs, cfg.max_upload_bytes) == \
+        ("0.0.0.0", 0, tmp_path / "d", 1.5, "spark", "json", 2.0, 1000)
+    assert isinstance(cfg.sweep_secs, float)
+
+
+def test_unrelated_env_ignored() -> None:
+    assert config(env={"NIMBUS_THRIFT_NOPE": "x", "PORT": "1"}) == NimbusConfig()
+
+
+def test_yaml_keys_with_dashes_or_underscores(tmp_path: Path) -> None:
+    cfg = config(yaml_file(tmp_path, "data-dir: /srv/nimbus\nmax_frame_size: 4096\n"
+                                     "file-copy-expiration-secs: 60\nspark-master: "
+                                     "spark://m:7077\n"))
+    assert cfg.data_dir == Path("/srv/nimbus") and cfg.max_frame_size == 4096
+    assert cfg.file_copy_expiration_secs == 60.0 and cfg.spark_master == "spark://m:7077"
+
+
+def test_data_dir_expands_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert config(data_dir="~/nimbus").data_dir == tmp_path / "nimbus"
+
+
+def test_frozen() -> None:
+    cfg = config()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.port = 1                                        # type: ignore[misc]
+
+
+def test_to_public() -> None:
+    public = to_public(config(data_dir="/srv/n"))
+    assert public["data_dir"] == "/srv/n" and public["port"] == DEFAULT_PORT
+    assert set(public) == set(FIELDS)
+
+
+# --- files --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", ["", "\n", "# only a comment\n", "---\n", "~\n"])
+def test_empty_yaml_file_is_fine(tmp_path: Path, text: str) -> None:
+    assert config(yaml_file(tmp_path, text)) == NimbusConfig()
+
+
+@pytest.mark.parametrize("text,kind", [("- port\n- 1\n", "list"), ("6627\n", "int"),
+                                       ("just words\n", "str")])
+def test_yaml_that_is_not_a_mapping(tmp_path: Path, text: str, kind: str) -> None:
+    path = yaml_file(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        config(path)
+    assert str(info.value) == (f"config file {path} must be a mapping of settings, "
+                               f"not {kind}")
+
+
+def test_unknown_key_in_file_lists_known_keys(tmp_path: Path) -> None:
+    path = yaml_file(tmp_path, "port: 1\nthrift-port: 6627\n")
+    with pytest.raises(ConfigError) as info:
+        config(path)
+    message = str(info.value)
+    assert message.startswith(f"config file {path}: unknown setting 'thrift-port'; known: ")
+    assert message.endswith(", ".join(sorted(FIELDS)))
+
+
+def test_invalid_yaml(tmp_path: Path) -> None:
+    path = yaml_file(tmp_path, "port: [1\n")
+    with pytest.raises(ConfigError, match=f"config file {path} is not valid YAML"):
+        config(path)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "absent.yaml"
+    with pytest.raises(ConfigError) as info:
+        config(path)
+    assert str(info.value) == f"cannot read config file {path}: No such file or directory"
+
+
+def test_directory_as_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=f"cannot read config file {tmp_path}: "
+                                          "Is a directory"):
+        config(tmp_path)
+
+
+def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # chmod 0 does not stop root, which these tests may run as: fail the read instead.
+    path = yaml_file(tmp_path, "port: 1\n")
+
+    def denied(self: Path, *args: Any, **kwargs: Any) -> str:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    with pytest.raises(ConfigError) as info:
+        config(path)
+    assert str(info.value) == f"cannot read config file {path}: Permission denied"
+
+
+def test_file_that_is_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "nimbus.yaml"
+    path.write_bytes(b"host: \xff\xfe\x00binary\n")
+    with pytest.raises(ConfigError, match=f"cannot read config file {path}: .*UTF-8"):
+        config(path)
+
+
+# --- types ------------------------------------------------------------------------------
+
+def test_env_wrong_type_names_the_variable() -> None:
+    with pytest.raises(ConfigError) as info:
+        config(env={"NIMBUS_THRIFT_PORT": "abc"})
+    assert str(info.value) == ("environment variable NIMBUS_THRIFT_PORT: port must be an "
+                               "integer, not 'abc'")
+
+
+@pytest.mark.parametrize("value", ["1.5", "", "0x10", "true", "6627 tcp"])
+def test_env_int_refusals(value: str) -> None:
+    with pytest.raises(ConfigError, match="NIMBUS_THRIFT_WORKER_THREADS: worker_threads "
+                                          "must be an integer"):
+        config(env={"NIMBUS_THRIFT_WORKER_THREADS": value})
+
+
+@pytest.mark.parametrize("value", ["soon", "", "1s"])
+def test_env_float_refusals(value: str) -> None:
+    with pytest.raises(ConfigError, match="NIMBUS_THRIFT_IDLE_TIMEOUT: idle_timeout must "
+                                          "be a number"):
+        config(env={"NIMBUS_THRIFT_IDLE_TIMEOUT": value})
+
+
+@pytest.mark.parametrize("key", ["port", "worker_threads", "max_frame_size"])
+@pytest.mark.parametrize("value", ["true", "false", "yes"])
+def test_bool_is_not_an_int_in_yaml(tmp_path: Path, key: str, value: str) -> None:
+    path = yaml_file(tmp_path, f"{key}: {value}\n")
+    with pytest.raises(ConfigError, match=f"config file {path}: {key} must be an integer, "
+                                          "not (True|False)"):
+        config(path)
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_bool_is_not_an_int_or_a_number_in_flags(value: bool) -> None:
+    with pytest.raises(ConfigError, match=f"--port: port must be an integer, not {value}"):
+        config(port=value)
+    with pytest.raises(ConfigError, match=f"--idle-timeout: idle_timeout must be a number, "
+                                          f"not {value}"):
+        config(idle_timeout=value)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("port: 1.5\n", "port must be an integer, not 1.5"),
+    ("port: [1]\n", "port must be an integer, not \\[1\\]"),
+    ("port:\n", "port must be an integer, not None"),
+    ("idle_timeout: {a: 1}\n", "idle_timeout must be a number"),
+    ("host: 5\n", "host must be a string, not 5"),
+    ("host: [a]\n", "host must be a string"),
+    ("data_dir: 5\n", "data_dir must be a path, not 5"),
+    ("data_dir: ''\n", "data_dir must be a path, not ''"),
+    ("log_level: null\n", "log_level must be a string, not None"),
+])
+def test_yaml_wrong_types(tmp_path: Path, text: str, message: str) -> None:
+    path = yaml_file(tmp_path, text)
+    with pytest.raises(ConfigError, match=f"^config file {path}: {message}"):
+        config(path)
+
+
+def test_integral_float_is_an_int(tmp_path: Path) -> None:
+    assert config(yaml_file(tmp_path, "port: 80.0\n")).port == 80
+
+
+def test_unknown_flag() -> None:
+    with pytest.raises(ConfigError, match="unknown setting 'nope'"):
+        config(nope=1)
+
+
+# --- ranges -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("port", [-1, 65536, 10 ** 6])
+def test_port_out_of_range(port: int) -> None:
+    with pytest.raises(ConfigError) as info:
+        config(port=port)
+    assert str(info.value) == (f"invalid configuration: port must be between 0 and 65535, "
+                               f"not {port}")
+
+
+@pytest.mark.parametrize("port", [0, 1, 65535])
+def test_port_in_range(port: int) -> None:
+    assert config(port=port).port == port
+
+
+SECONDS = ["idle_timeout", "file_copy_expiration_secs", "upload_retention_secs",
+           "sweep_secs"]
+
+
+@pytest.mark.parametrize("key", SECONDS)
+@pytest.mark.parametrize("value", ["0", "-1", "-0.5", "nan", "NaN", "inf", "-inf",
+                                   "Infinity"])
+def test_seconds_must_be_positive_and_finite(key: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=f"invalid configuration: {key} must be a positive "
+                                          "number of seconds"):
+        config(env={ENV_PREFIX + key.upper(): value})
+
+
+@pytest.mark.parametrize("key", SECONDS)
+def test_seconds_accepted(key: str) -> None:
+    assert getattr(config(env={ENV_PREFIX + key.upper(): "0.25"}), key) == 0.25
+
+
+@pytest.mark.parametrize("key", SECONDS)
+@pytest.mark.parametrize("value", [0, -5])
+def test_seconds_checked_when_built_directly(key: str, value: Any) -> None:
+    # NimbusConfig is public; an int where seconds are due must not skip the check.
+    with pytest.raises(ConfigError, match=f"{key} must be a positive number of seconds"):
+        NimbusConfig(**{key: value})
+
+
+@pytest.mark.parametrize("key,lowest", [("worker_threads", 1), ("max_frame_size", 64),
+                                        ("max_read_buffer_bytes", 64),
+                                        ("max_connections", 1), ("max_upload_bytes", 1),
+                                        ("download_chunk_bytes", 1)])
+def test_int_lower_limits(key: str, lowest: Any) -> None:
+    assert getattr(config(**{key: lowest}), key) == lowest
+    with pytest.raises(ConfigError, match=f"{key} must be at least {lowest}, not "
+                                          f"{lowest - 1}"):
+        config(**{key: lowest - 1})
+
+
+@pytest.mark.parametrize("key,value", [("log_level", "INFO"), ("log_level", "trace"),
+                                       ("log_format", "xml"), ("host", ""),
+                                       ("launcher", ""), ("spark_master", "")])
+def test_enumerations_and_empty_strings(key: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=f"invalid configuration: {key} must"):
+        config(env={ENV_PREFIX + key.upper(): value})
