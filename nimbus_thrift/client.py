@@ -604,7 +604,7 @@ class NimbusClient:
                 self._discard()
                 raise BadReply(self.host, self.port, method, str(exc)) from None
             payload = self._recv_exactly(sock, size, deadline, method)
-        except ConnectionLost as lost:
+        except ConnectionLost:
             if send_error is None:
                 raise
             raise ConnectionLost(self.host, self.port, method,

@@ -245,7 +245,6 @@ class Server:
         self._scratch = memoryview(scratch)
         done = self._done
         budget = self._budget
-        state = self._state
         timeouts = [t for t in (opts.idle_timeout, opts.frame_read_timeout,
                                 opts.write_timeout) if t]
         sweep_every = min([0.5] + [t / 4 for t in timeouts])

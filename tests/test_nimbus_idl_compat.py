@@ -23,13 +23,10 @@ compares Apache Thrift's own view (``thrift --gen json``), which keeps all three
 from __future__ import annotations
 
 import enum
-import importlib
 import json
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -41,9 +38,9 @@ from thrift.transport import TTransport
 from thriftpy2.protocol import TBinaryProtocolFactory, TCyBinaryProtocolFactory
 from thriftpy2.thrift import TType
 
-from interop import require_file
+from interop.storm_clients import load_generated
 from interop.storm_idl import (
-    GEN_NIMBUS_PY, GEN_STORM_PY, INSTALL_HINT, load_storm, require_storm_idl,
+    INSTALL_HINT, load_storm, require_storm_idl,
 )
 from nimbus_thrift import binary, idl
 
@@ -115,34 +112,17 @@ def storm() -> ModuleType:
     return load_storm()
 
 
-def _generated(root: Path, package: str, source: Path) -> SimpleNamespace:
-    """Import ``package.ttypes`` and ``package.Nimbus`` from ``root`` (Apache-generated
-    code); fail if missing or older than ``source``."""
-    marker = require_file(root / package / "Nimbus.py", f"Apache Thrift code generated "
-                          f"from {source.name}")
-    if marker.stat().st_mtime < source.stat().st_mtime:
-        pytest.fail(f"{marker} is older than {source}: {INSTALL_HINT}", pytrace=False)
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    ttypes = importlib.import_module(f"{package}.ttypes")
-    # Apache Thrift >= 0.10 generates __eq__ without __hash__, so a struct cannot be a map
-    # key and Storm's map<GlobalStreamId, ...> fails to decode (or build) with TypeError:
-    # unhashable type. Storm's own checked-in Python code predates that; streamparse
-    # patches thriftpy2's class the same way.
-    ttypes.GlobalStreamId.__hash__ = lambda self: hash((self.componentId, self.streamId))
-    return SimpleNamespace(ttypes=ttypes, Nimbus=importlib.import_module(f"{package}.Nimbus"))
-
-
 @pytest.fixture(scope="module")
 def apache_storm() -> SimpleNamespace:
     """``thrift --gen py`` of Storm's IDL (package ``storm``)."""
-    return _generated(GEN_STORM_PY, "storm", require_storm_idl())
+    require_storm_idl()
+    return load_generated("storm")
 
 
 @pytest.fixture(scope="module")
 def apache_ours() -> SimpleNamespace:
     """``thrift --gen py`` of idl/nimbus.thrift (package ``nimbus``)."""
-    return _generated(GEN_NIMBUS_PY, "nimbus", idl.idl_path("nimbus.thrift"))
+    return load_generated("nimbus")
 
 
 # --------------------------------------------------------------------------- specs
