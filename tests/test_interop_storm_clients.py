@@ -319,10 +319,12 @@ def test_rebalance_applies(client, gen, launcher):
     options = m.RebalanceOptions(wait_secs=0, num_workers=3, num_executors={"count": 6})
     assert client.rebalance("wc-rebalance", options) is None
 
-    # The daemon's timer thread applies it; then the previous status comes back.
+    # The daemon's timer thread applies it; then the previous status comes back. The
+    # launcher hears of it just after the state is committed, so wait for both.
     after = wait_for("rebalance applied", lambda: next(
         (t for t in client.getClusterInfo().topologies
-         if t.name == "wc-rebalance" and t.num_executors == 9 and t.status == "ACTIVE"),
+         if t.name == "wc-rebalance" and t.num_executors == 9 and t.status == "ACTIVE"
+         and "rebalance" in launcher.methods(topology_id)),
         None))
     assert (after.id, after.num_workers, after.num_tasks) == (topology_id, 3, 9)
     executors = client.getTopologyInfo(topology_id).executors
