@@ -177,11 +177,13 @@ def test_python_client_round_trip(daemon: NimbusDaemon, tmp_path: Path) -> None:
 class DaemonProcess:
     """``nimbus-thrift nimbus`` as a child process; the port is read from its banner."""
 
-    def __init__(self, data_dir: Path):
+    def __init__(self, data_dir: Path | None, *args: str, env: dict[str, str] | None = None):
+        where = ["--data-dir", str(data_dir)] if data_dir is not None else []
         self.proc = subprocess.Popen(
-            CLI + ["nimbus", "--port", "0", "--data-dir", str(data_dir), "--log-format",
-                   "json", "--log-level", "info"],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+            CLI + ["nimbus", "--port", "0", *where, "--log-format", "json",
+                   "--log-level", "info", *args],
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+            env={**os.environ, **(env or {})})
         self.lines: list[str] = []
         self.ready = threading.Event()
         self.port = 0
@@ -231,6 +233,44 @@ def test_sigterm_stops_gracefully(data_dir: Path) -> None:
     assert d.sigterm() == 0
     events = [json.loads(line)["event"] for line in d.lines if line.startswith("{")]
     assert events[-1] == "nimbus_stopped"
+
+
+def test_config_file_then_environment_then_flags(tmp_path: Path) -> None:
+    config = tmp_path / "nimbus.yaml"
+    config.write_text(f"data-dir: {tmp_path / 'from-file'}\nmax_upload_bytes: 1234\n")
+    env = {"NIMBUS_THRIFT_CONFIG": str(config)}
+    for data_dir, extra_env, expected in [
+            (None, {}, "from-file"),
+            (None, {"NIMBUS_THRIFT_DATA_DIR": str(tmp_path / "from-env")}, "from-env"),
+            (tmp_path / "from-flag", {"NIMBUS_THRIFT_DATA_DIR": str(tmp_path / "from-env")},
+             "from-flag")]:
+        d = DaemonProcess(data_dir, env={**env, **extra_env})
+        try:
+            with _client(d.port) as client:
+                conf = json.loads(client.getNimbusConf())
+        finally:
+            assert d.sigterm() == 0
+        assert conf["storm.local.dir"] == str(tmp_path / expected)
+        assert conf["nimbus-thrift.max_upload_bytes"] == 1234
+
+
+@pytest.mark.parametrize("setup, message", [
+    ({"yaml": "prot: 1\n"}, "unknown setting 'prot'"),
+    ({"env": {"NIMBUS_THRIFT_PORT": "http"}}, "NIMBUS_THRIFT_PORT: port must be an integer"),
+    ({"args": ["--max-frame-size", "10"]}, "max_frame_size must be at least 64"),
+])
+def test_bad_configuration_is_one_sentence_and_exit_2(tmp_path: Path, setup: dict,
+                                                      message: str) -> None:
+    args = list(setup.get("args", []))
+    if "yaml" in setup:
+        (tmp_path / "c.yaml").write_text(setup["yaml"])
+        args += ["--config", str(tmp_path / "c.yaml")]
+    result = subprocess.run(CLI + ["nimbus", "--data-dir", str(tmp_path / "d"), *args],
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, **setup.get("env", {})})
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "d").exists()
 
 
 def test_upload_resumes_after_sigkill(data_dir: Path) -> None:
