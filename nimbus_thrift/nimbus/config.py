@@ -32,8 +32,9 @@ DEFAULT_MAX_UPLOAD_BYTES = 256 << 20
 DEFAULT_FILE_COPY_EXPIRATION_SECS = 600.0
 #: Storm cleans its inbox of jars older than an hour; unused uploads go after this.
 DEFAULT_UPLOAD_RETENTION_SECS = 3600.0
-#: Bytes per downloadChunk reply.
-DEFAULT_DOWNLOAD_CHUNK_BYTES = 1 << 20
+#: Bytes per downloadChunk reply: Storm's upload chunk size, so that a reply fits the
+#: 1 MiB frame limit Storm's own clients read with (nimbus.thrift.max_buffer_size).
+DEFAULT_DOWNLOAD_CHUNK_BYTES = 307_200
 #: How often expired uploads and downloads are swept.
 DEFAULT_SWEEP_SECS = 30.0
 
