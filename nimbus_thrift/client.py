@@ -47,8 +47,13 @@ from typing import Any, NoReturn
 import structlog
 from thriftpy2.thrift import TApplicationException
 
-from . import binary, idl
+from . import binary
+from .idl import nimbus_idl
 from .errors import AppErrorCode, RpcError
+# The server's default frame cap (Apache Thrift's TConfiguration default): a larger
+# frame would be refused anyway, so it is refused here before it is sent. Also the
+# largest reply frame read.
+from .options import DEFAULT_MAX_FRAME_SIZE
 
 log = structlog.get_logger()
 
@@ -75,10 +80,6 @@ DEFAULT_BACKOFF_INITIAL = 0.1
 DEFAULT_BACKOFF_FACTOR = 2.0
 DEFAULT_BACKOFF_MAX = 2.0
 
-#: Apache Thrift's TConfiguration.DEFAULT_MAX_FRAME_SIZE, the server's default
-#: (nimbus_thrift.options): a larger frame would be refused anyway, so it is refused
-#: here before it is sent. Also the largest reply frame read.
-DEFAULT_MAX_FRAME_SIZE = 16_384_000
 
 #: Bytes per uploadChunk: what Storm's StormSubmitter sends.
 DEFAULT_CHUNK_SIZE = 307_200
@@ -217,13 +218,6 @@ class BadReply(NimbusClientError):
 
 # --------------------------------------------------------------------------- protocol
 # No sockets below this line until NimbusClient.
-
-
-def nimbus_idl() -> ModuleType:
-    """The thriftpy2 module of ``idl/nimbus.thrift`` (``nimbus_idl_thrift``), loaded
-    once: its structs are what calls take and return, its exception classes what
-    they raise."""
-    return idl.load("nimbus.thrift")
 
 
 def backoff_delays(attempts: int, initial: float, factor: float,

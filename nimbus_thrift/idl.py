@@ -52,3 +52,9 @@ def load(name: str) -> ModuleType:
     if module_name == __package__:
         module_name = path.stem + "_idl_thrift"
     return thriftpy2.load(str(path), module_name=module_name)
+
+
+def nimbus_idl() -> ModuleType:
+    """The thriftpy2 module of ``idl/nimbus.thrift`` (``nimbus_idl_thrift``), loaded once:
+    the structs Nimbus calls take and return, the exceptions they raise."""
+    return load("nimbus.thrift")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import socket
@@ -11,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from thriftpy2.rpc import make_client
 from thriftpy2.transport import TFramedTransportFactory
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -96,12 +97,7 @@ def _check(name: str, value: Any) -> None:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(NimbusConfig)}
-_TYPES = {"host": str, "port": int, "data_dir": Path, "worker_threads": int,
-          "max_frame_size": int, "max_read_buffer_bytes": int, "max_connections": int,
-          "idle_timeout": float, "max_upload_bytes": int, "file_copy_expiration_secs": float,
-          "upload_retention_secs": float, "download_chunk_bytes": int, "sweep_secs": float,
-          "launcher": str, "spark_master": str, "log_level": str, "log_format": str}
-assert set(_TYPES) == set(_FIELDS)
+_TYPES: dict[str, type] = typing.get_type_hints(NimbusConfig)
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:

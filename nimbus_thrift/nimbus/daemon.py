@@ -13,11 +13,11 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import structlog
 
-from .. import idl as idl_files
+from ..idl import nimbus_idl
 from ..server import Server, make_server
 from .config import NimbusConfig
 from .handler import NimbusHandler
@@ -29,11 +29,6 @@ log = structlog.get_logger("nimbus_thrift.nimbus.daemon")
 
 class DaemonError(Exception):
     """The daemon cannot start; the message says why."""
-
-
-def nimbus_idl() -> Any:
-    """The Nimbus IDL loaded with thriftpy2 (module ``nimbus_idl_thrift``)."""
-    return idl_files.load("nimbus.thrift")
 
 
 class NimbusDaemon:

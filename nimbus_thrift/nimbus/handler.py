@@ -429,8 +429,7 @@ class NimbusHandler:
         return self.getUserTopology(id)
 
     def getUserTopology(self, id: str) -> Any:
-        return deserialize(self.idl.StormTopology(), self._by_id(id).topology,
-                           self._protocol)
+        return self._topology_struct(self._by_id(id))
 
     def _by_id(self, topology_id: Any) -> TopologyRecord:
         rec = self.store.topology(topology_id) if isinstance(topology_id, str) else None
@@ -497,7 +496,7 @@ class NimbusHandler:
     def _spec(self, rec: TopologyRecord) -> LaunchSpec:
         return LaunchSpec(
             topology_id=rec.id, name=rec.name,
-            topology=deserialize(self.idl.StormTopology(), rec.topology, self._protocol),
+            topology=self._topology_struct(rec),
             conf=rec.conf, code_path=self.transfers.code_path(rec.code_upload),
             work_dir=self._work_dir(rec.id), num_workers=rec.num_workers,
             executors=rec.executors, tasks=rec.tasks,

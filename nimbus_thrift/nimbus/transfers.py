@@ -165,9 +165,11 @@ class Transfers:
         if up is None:
             raise TransferError(f"upload location {location!r} does not exist "
                                 "(or timed out)")
+        return _Locked(self, self._lock_of(up.id), up.id, location)
+
+    def _lock_of(self, upload_id: str) -> threading.Lock:
         with self._lock:
-            lock = self._upload_locks.setdefault(up.id, threading.Lock())
-        return _Locked(self, lock, up.id, location)
+            return self._upload_locks.setdefault(upload_id, threading.Lock())
 
     def _delete_upload(self, up: Upload) -> None:
         self.store.delete_upload(up.id)
@@ -224,9 +226,7 @@ class Transfers:
             if up.state == "open" and now - up.touched_at >= self.expiration_secs:
                 log.info("upload_expired", upload=up.id, bytes=up.bytes,
                          idle_secs=round(now - up.touched_at))
-                with self._lock:
-                    lock = self._upload_locks.setdefault(up.id, threading.Lock())
-                with lock:
+                with self._lock_of(up.id):
                     current = self.store.upload(up.id)
                     if current is not None and current.touched_at == up.touched_at:
                         self._delete_upload(current)
