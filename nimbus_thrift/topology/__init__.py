@@ -1,0 +1,12 @@
+"""The Python topology DSL: subclass Spout, Bolt or StatefulBolt; wire them in a Topology.
+
+No PySpark here: this is what user code imports, in the client and in the runner.
+"""
+
+from .components import Bolt, Component, Context, KeyState, Spout, StatefulBolt
+from .streams import DEFAULT_STREAM, Stream, TopologyError
+from .topology import ComponentSpec, Grouping, GroupingSpec, Topology, script_of
+
+__all__ = ["Bolt", "Component", "ComponentSpec", "Context", "DEFAULT_STREAM", "Grouping",
+           "GroupingSpec", "KeyState", "Spout", "StatefulBolt", "Stream", "Topology",
+           "TopologyError", "script_of"]

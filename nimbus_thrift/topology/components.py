@@ -1,0 +1,181 @@
+"""What a user subclasses: :class:`Spout`, :class:`Bolt` and :class:`StatefulBolt`.
+
+A topology runs as Spark Structured Streaming (see :mod:`nimbus_thrift.runner`), so the
+contract differs from Storm's in the places where micro-batches replace per-tuple acks:
+
+- A **spout** is a replayable, offset-addressed sequence per task (a Spark partition).
+  The runner asks the driver-side instances how far each task's sequence reaches
+  (:meth:`Spout.available`), plans a batch of offsets, and executors call
+  :meth:`Spout.read` for exactly that range; a replayed batch reads the same range
+  again, so ``read`` must be deterministic for a given range. :meth:`Spout.ack` says a
+  range is done for good (Storm's ack, per batch).
+- A **bolt** gets each tuple through :meth:`Bolt.process` and returns (or yields) the
+  tuples it emits on its default stream; :meth:`Component.emit` emits on any declared
+  stream. A bolt instance lives for one partition of one micro-batch at a time (Spark
+  reuses Python workers, not tasks), so anything that must outlive a batch belongs in
+  keyed state: :class:`StatefulBolt`.
+- A **stateful bolt** keeps one value per key (the fields of its fields grouping) in
+  Spark's checkpointed state store; it survives restarts and replays exactly once.
+
+Sinks see ``self.context.batch_id``: a replayed batch has the same id, so a sink that
+writes idempotently per batch id is exactly-once end to end.
+
+Nothing here imports PySpark: user code and the daemon import this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterable, Mapping, Sequence
+
+from .streams import DEFAULT_STREAM, StreamDecl, declare_streams
+
+
+@dataclass
+class Context:
+    """Where a component instance runs; the runner fills it in.
+
+    ``task`` is the instance's index among the component's ``parallelism`` tasks (its
+    Spark partition); ``batch_id`` is the micro-batch being processed (``None`` in the
+    driver-side spout instances and outside a batch).
+    """
+
+    topology: str
+    component: str
+    task: int
+    parallelism: int
+    batch_id: int | None = None
+    conf: dict[str, Any] = field(default_factory=dict)
+
+
+class Component:
+    """Base of spouts and bolts.
+
+    Class attributes a subclass sets:
+
+    ``outputs``
+        The streams it emits. A list of field names (``["word"]``) or a mapping of
+        field name to type (``{"word": str, "count": int}``) declares the default
+        stream; a list of :class:`~nimbus_thrift.topology.Stream` declares named
+        streams. Types are ``str``, ``int``, ``float``, ``bool``, ``bytes`` and
+        ``object`` (any picklable value; the default for a bare field name). Typed
+        fields travel as Arrow columns, which is much faster than ``object``.
+    ``config``
+        Defaults for the component's configuration (its Storm ``json_conf``); the
+        topology's spec may override them.
+    """
+
+    outputs: ClassVar[Any] = ()
+    config: ClassVar[Mapping[str, Any]] = {}
+
+    #: Filled in by the runner before :meth:`initialize`.
+    context: Context
+    #: Emitted by :meth:`emit` and drained by the runner after each call.
+    _emitted: list[tuple[str, tuple[Any, ...]]]
+
+    @classmethod
+    def streams(cls) -> dict[str, StreamDecl]:
+        """The declared streams, by id (checked: raises ``TopologyError`` if malformed)."""
+        return declare_streams(cls.__name__, cls.outputs)
+
+    @classmethod
+    def spec(cls, *, name: str | None = None, inputs: Any = None, par: int = 1,
+             config: Mapping[str, Any] | None = None) -> "ComponentSpec":
+        """Use this component in a :class:`~nimbus_thrift.topology.Topology`.
+
+        Args:
+            name: component id; defaults to the attribute name in the topology class.
+            inputs: bolts only: a mapping of upstream spec (or ``spec["stream"]``) to
+                grouping, or a list of upstream specs (shuffle grouping).
+            par: parallelism: the number of tasks (Spark partitions) it runs as.
+            config: component configuration, over the class's ``config``.
+        """
+        from .topology import ComponentSpec
+        return ComponentSpec(cls, name=name, inputs=inputs, par=par, config=config)
+
+    def initialize(self, conf: dict[str, Any], context: Context) -> None:
+        """Called once per instance before any other method; override to set up."""
+
+    def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> None:
+        """Emit ``values`` on ``stream`` (for bolts, in addition to what
+        :meth:`Bolt.process` returns)."""
+        self._emitted.append((stream, tuple(values)))
+
+
+class Spout(Component):
+    """A replayable source of tuples, one offset sequence per task.
+
+    Override :meth:`available` and :meth:`read`; :meth:`ack` is optional.
+    ``available`` and ``ack`` run in the driver (one instance per task); ``read`` runs
+    in executors, in other instances, so it must depend only on its arguments, the
+    configuration and the context.
+    """
+
+    def available(self) -> int | None:
+        """The end (exclusive) of this task's offsets available now.
+
+        Must never decrease. A finite spout returns its total; ``None`` means nothing
+        is available yet. The runner reads at most ``topology.max.spout.pending``
+        offsets per task per batch.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define available()")
+
+    def read(self, start: int, end: int) -> Iterable[Sequence[Any]]:
+        """The tuples at offsets ``start`` to ``end - 1`` of this task, default stream
+        (or use :meth:`emit` for named streams). Same range, same tuples."""
+        raise NotImplementedError(f"{type(self).__name__} must define read()")
+
+    def ack(self, end: int) -> None:
+        """Offsets below ``end`` are processed for good (their batch committed)."""
+
+
+class Bolt(Component):
+    """Processes tuples one at a time. Override :meth:`process`."""
+
+    def process(self, tup: Any) -> Iterable[Sequence[Any]] | None:
+        """Handle one input tuple; return or yield the default stream's tuples.
+
+        ``tup`` is a named tuple of its stream's fields (``tup.word`` or ``tup[0]``),
+        with ``tup.component`` and ``tup.stream`` saying where it came from.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define process()")
+
+    def end_batch(self, batch_id: int) -> None:
+        """Called after this instance's last tuple of a micro-batch: flush a sink here.
+        A replayed batch repeats its id: write idempotently per ``batch_id``."""
+
+
+class KeyState:
+    """The state of one key of a :class:`StatefulBolt`: ``value`` reads and writes it.
+
+    Values are pickled into Spark's state store between batches, so keep them
+    picklable and small (a count, a window as a deque, a dict of aggregates).
+    """
+
+    __slots__ = ("key", "value", "removed")
+
+    def __init__(self, key: tuple[Any, ...], value: Any):
+        self.key = key
+        self.value = value
+        self.removed = False
+
+    def remove(self) -> None:
+        """Drop this key's state; a later tuple of the key starts from ``initial_state``."""
+        self.removed = True
+
+
+class StatefulBolt(Bolt):
+    """A bolt with one state value per key, kept by Spark across batches and restarts.
+
+    Its input must use fields grouping; the grouping's fields are the key. The state
+    partition count is fixed when the topology first starts (Spark pins it in the
+    checkpoint), so a rebalance cannot change this bolt's parallelism.
+    """
+
+    def initial_state(self, key: tuple[Any, ...]) -> Any:
+        """The value of a key seen for the first time (default ``None``)."""
+        return None
+
+    def process(self, tup: Any, state: KeyState) -> Iterable[Sequence[Any]] | None:  # type: ignore[override]
+        """Handle one tuple of ``state.key``; read and assign ``state.value``."""
+        raise NotImplementedError(f"{type(self).__name__} must define process()")
