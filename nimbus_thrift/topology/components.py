@@ -26,9 +26,12 @@ Nothing here imports PySpark: user code and the daemon import this module.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Sequence
 
 from .streams import DEFAULT_STREAM, StreamDecl, declare_streams
+
+if TYPE_CHECKING:
+    from .topology import ComponentSpec
 
 
 @dataclass

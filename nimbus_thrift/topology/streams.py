@@ -78,7 +78,7 @@ def _fields(owner: str, stream: str, spec: Any) -> tuple[tuple[str, str], ...]:
     if isinstance(spec, Mapping):
         pairs = list(spec.items())
     elif isinstance(spec, (list, tuple)):
-        pairs = [(item, object) if isinstance(item, str) else tuple(item)  # type: ignore[misc]
+        pairs = [(item, object) if isinstance(item, str) else tuple(item)
                  for item in spec]
     else:
         raise TopologyError(f"{where}: outputs must be a list of field names or a "

@@ -144,7 +144,7 @@ class TopologyMeta(type):
                 if value.name is None:
                     value.name = attr
                 specs[value.name] = value
-        cls._specs = specs
+        setattr(cls, "_specs", specs)
         if specs:
             _check(name, specs)
         return cls
