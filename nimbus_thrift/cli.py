@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,9 +39,9 @@ def _logging_options(func: Any) -> Any:
 def main() -> None:
     """nimbus-thrift: a Storm-Nimbus-like service on a half-sync/half-async Thrift server.
 
-    Start the daemon with `nimbus`; `list`, `info`, `kill`, `activate`, `deactivate`,
-    `rebalance` and `conf` talk to a running one (--host/--port, or the environment
-    variables NIMBUS_THRIFT_HOST and NIMBUS_THRIFT_PORT).
+    Start the daemon with `nimbus`; `submit`, `list`, `info`, `kill`, `activate`,
+    `deactivate`, `rebalance` and `conf` talk to a running one (--host/--port, or the
+    environment variables NIMBUS_THRIFT_HOST and NIMBUS_THRIFT_PORT).
     """
 
 
@@ -312,6 +313,131 @@ def rebalance(name: str, wait_secs: int | None, num_workers: int | None,
             wait_secs=wait_secs, num_workers=num_workers,
             num_executors=dict(executors) or None))
     click.echo(f"rebalancing {name}")
+
+
+class _ConfItem(click.ParamType):
+    name = "KEY=VALUE"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[str, Any]:
+        if isinstance(value, tuple):
+            return value
+        from .topology.package import PackageError, parse_conf_option
+        try:
+            return parse_conf_option(str(value))
+        except PackageError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class _UploadProgress:
+    """``progress(sent, total)`` for upload_file: a bar on a terminal, else a line at
+    each quarter (a log file or CI output gets four lines, not a redrawn bar)."""
+
+    def __init__(self) -> None:
+        self.stream = sys.stderr
+        self.tty = self.stream.isatty()
+        self.bar: Any = None
+        self.shown = 0
+        self.quarter = 0
+
+    def __call__(self, sent: int, total: int) -> None:
+        if self.tty:
+            if self.bar is None:
+                self.bar = click.progressbar(length=total, label="uploading",
+                                             file=self.stream)
+                self.bar.__enter__()
+            self.bar.update(sent - self.shown)
+            self.shown = sent
+            return
+        quarter = sent * 4 // total if total else 4
+        if quarter > self.quarter:
+            self.quarter = quarter
+            click.echo(f"uploaded {25 * quarter}% ({sent:,} of {total:,} bytes)", err=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+
+
+def _echo_status(status: str) -> None:
+    click.echo(f"status: {status}", err=True)
+
+
+@main.command()
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--name", help="Topology name.  [default: the class's `name` attribute, "
+                             "else the file's name without .py]")
+@click.option("--topology", "class_name", metavar="CLASS",
+              help="The Topology class to submit, when the file defines several.")
+@click.option("--conf", "conf_items", multiple=True, type=_ConfItem(),
+              help="Topology configuration over the class's `config`; VALUE is JSON if "
+                   "it parses (2, true, null, {...}), else a string. Repeatable.")
+@click.option("--inactive", is_flag=True, help="Submit with its spouts paused.")
+@click.option("--wait", is_flag=True,
+              help="Follow its status until it runs; exit 1 if it fails.")
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=300.0,
+              show_default=True, help="Seconds --wait waits for it to run.")
+@click.option("--call-timeout", type=click.FloatRange(0, min_open=True), default=30.0,
+              show_default=True, help="Seconds to wait for each reply.")
+@click.option("--port", type=click.IntRange(1, 65535), default=6627, show_default=True,
+              envvar="NIMBUS_THRIFT_PORT")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              envvar="NIMBUS_THRIFT_HOST", help="Where the nimbus runs.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object (id, name, sha256, bytes, status) and no "
+                   "progress.")
+def submit(path: Path, name: str | None, class_name: str | None,
+           conf_items: tuple[tuple[str, Any], ...], inactive: bool, wait: bool,
+           timeout: float, call_timeout: float, port: int, host: str,
+           as_json: bool) -> None:
+    """Package a topology file's project, upload it and submit it.
+
+    PATH is a .py file defining a Topology subclass. Its project root (the file's
+    directory, or the one above its top package) is zipped: *.py files and package
+    data, without virtualenvs, hidden, build and cache directories. Everything is
+    checked before anything is uploaded. Prints the topology id.
+    """
+    import tempfile
+
+    from .submit import submit_prepared, wait_for_topology
+    from .topology.package import PackageError, prepare
+
+    err = not as_json
+    with tempfile.TemporaryDirectory(prefix="nimbus-submit-") as tmp:
+        try:
+            prepared = prepare(path, Path(tmp) / "code.zip", name=name,
+                               conf=dict(conf_items), class_name=class_name)
+        except PackageError as exc:
+            raise click.ClickException(str(exc)) from None
+        code = prepared.code
+        for note in code.skipped:
+            click.echo(f"warning: {note}", err=True)
+        if err:
+            files = f"{len(code.files)} file" + ("" if len(code.files) == 1 else "s")
+            click.echo(f"packaged {files} from {code.root} "
+                       f"({code.size:,} bytes, sha256 {code.sha256[:16]})", err=True)
+        progress = _UploadProgress()
+        with _nimbus(host, port, call_timeout) as client:
+            try:
+                topology_id = submit_prepared(client, prepared, inactive=inactive,
+                                              progress=progress if err else None)
+            finally:
+                progress.close()
+            if err:
+                click.echo(topology_id)
+            info = None
+            if wait:
+                info = wait_for_topology(client, topology_id, inactive=inactive,
+                                         timeout=timeout,
+                                         on_status=_echo_status if err else None)
+    if as_json:
+        _echo_json({"id": topology_id, "name": prepared.name, "sha256": code.sha256,
+                    "bytes": code.size, "files": len(code.files),
+                    "skipped": list(code.skipped),
+                    "status": info.status if info else None,
+                    "sched_status": info.sched_status if info else None})
+    elif info is not None:
+        click.echo(f"{prepared.name} is {info.sched_status}", err=True)
 
 
 @main.command()

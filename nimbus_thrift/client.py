@@ -84,6 +84,14 @@ DEFAULT_BACKOFF_MAX = 2.0
 #: Bytes per uploadChunk: what Storm's StormSubmitter sends.
 DEFAULT_CHUNK_SIZE = 307_200
 
+#: Seconds to wait for a topology to run. A Spark application takes 10 to 60 s to
+#: start its JVM, session and first micro-batch; five minutes covers a busy cluster
+#: that must first free executors.
+DEFAULT_WAIT_TIMEOUT = 300.0
+#: Seconds between getTopologyInfo calls while waiting: the daemon's driver writes its
+#: status about twice a second, so polling faster shows nothing new.
+DEFAULT_POLL_INTERVAL = 0.5
+
 #: Methods that only read, so sending one twice cannot change anything: the only
 #: calls retried (once) after the connection is lost mid-call. beginFileDownload and
 #: downloadChunk are not among them: they move a server-side download cursor.
@@ -718,6 +726,75 @@ class NimbusClient:
             os.unlink(tmp_name)
             raise
         return size
+
+    # ----------------------------------------------------------------- topologies
+
+    def submit_topology(self, topology: Any, name: str | None = None,
+                        conf: dict[str, Any] | None = None, *,
+                        class_name: str | None = None, inactive: bool = False,
+                        wait: bool = False, timeout: float = DEFAULT_WAIT_TIMEOUT,
+                        poll_interval: float = DEFAULT_POLL_INTERVAL,
+                        progress: Callable[[int, int], None] | None = None,
+                        on_status: Callable[[str], None] | None = None) -> str:
+        """Package a topology's code, check it, upload it, submit it; return its id.
+
+        Everything that can be checked locally is, before anything is sent: the file
+        imports, the topology is well formed, every component's ``module.Class`` is in
+        the code zip, the configuration and name are valid (the daemon's own checks).
+
+        Args:
+            topology: a topology ``.py`` file, or a Topology subclass (its project
+                root is derived from its module). The project root (the file's
+                directory, or the one above its top package) is zipped: ``*.py`` and
+                package data (see :mod:`nimbus_thrift.topology.package`).
+            name: topology name; default the class's ``name`` attribute, else the
+                file's stem.
+            conf: topology configuration over the class's ``config``.
+            class_name: the Topology class, when the file defines several.
+            inactive: submit with its spouts paused (status INACTIVE).
+            wait: after submitting, poll until it runs (see :meth:`wait_for_topology`).
+            timeout: seconds ``wait`` waits in all.
+            poll_interval: seconds between polls while waiting.
+            progress: ``progress(bytes_sent, total)`` after each uploaded chunk.
+            on_status: called with each new ``sched_status`` while waiting.
+
+        Raises:
+            PackageError (nimbus_thrift.topology.package): the file cannot be loaded,
+                packaged or would be refused; nothing was sent.
+            AlreadyAliveException: the name is taken; nothing was uploaded.
+            SubmitError: the code is over the daemon's upload cap; nothing uploaded.
+            TopologyFailed, TopologyNotScheduled, TopologyWaitTimeout: with ``wait``,
+                see :meth:`wait_for_topology` (the topology stays submitted).
+            and what :meth:`call` raises.
+        """
+        from .submit import submit_topology
+        return submit_topology(self, topology, name, conf, class_name=class_name,
+                               inactive=inactive, wait=wait, timeout=timeout,
+                               poll_interval=poll_interval, progress=progress,
+                               on_status=on_status)
+
+    def wait_for_topology(self, topology_id: str, *, inactive: bool = False,
+                          timeout: float = DEFAULT_WAIT_TIMEOUT,
+                          poll_interval: float = DEFAULT_POLL_INTERVAL,
+                          on_status: Callable[[str], None] | None = None) -> Any:
+        """Poll getTopologyInfo until the topology runs; return its TopologyInfo.
+
+        Its ``sched_status`` starts with a state word: ``running`` (or ``finished``;
+        ``paused`` too when ``inactive``) ends the wait; ``starting`` and the like keep
+        it going.
+
+        Raises:
+            TopologyFailed: its state is ``failed`` or ``stopped``, it was killed or
+                removed, or the daemon recorded an error of its own for it.
+            TopologyNotScheduled: the daemon runs nothing (launcher ``none``; state
+                ``unscheduled``): raised at once rather than waiting forever.
+            TopologyWaitTimeout: not running within ``timeout`` (a NimbusTimeout);
+                ``status`` is the last sched_status.
+            and what :meth:`call` raises.
+        """
+        from .submit import wait_for_topology
+        return wait_for_topology(self, topology_id, inactive=inactive, timeout=timeout,
+                                 poll_interval=poll_interval, on_status=on_status)
 
     # ----------------------------------------------------------------- the IDL
     # One method per Nimbus method, in IDL order, with the IDL's argument names.
