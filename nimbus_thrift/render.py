@@ -4,6 +4,7 @@ JSON values for scripts. No I/O and no click here."""
 from __future__ import annotations
 
 import enum
+import re
 from typing import Any, Iterable, Sequence
 
 
@@ -124,6 +125,13 @@ def component_rows(info: Any) -> list[dict[str, Any]]:
     return [rows[k] for k in sorted(rows)]
 
 
+def spark_ui(sched_status: str | None) -> str:
+    """The Spark UI address the spark launcher puts in a ``sched_status``
+    (``running: batch 12, 3.4k tuples/s, Spark UI http://127.0.0.1:4051``), or ``""``."""
+    match = re.search(r"\bSpark UI (https?://[^\s,;]+)", sched_status or "")
+    return match.group(1) if match else ""
+
+
 def info_text(info: Any) -> str:
     lines = [
         f"name:       {info.name}",
@@ -132,6 +140,9 @@ def info_text(info: Any) -> str:
         f"uptime:     {duration(info.uptime_secs)}",
         f"scheduled:  {info.sched_status or '-'}",
     ]
+    ui = spark_ui(info.sched_status)
+    if ui:
+        lines.append(f"spark ui:   {ui}")
     if info.owner:
         lines.append(f"owner:      {info.owner}")
     hosts = sorted({f"{e.host}:{e.port}" for e in info.executors if e.host})

@@ -183,7 +183,8 @@ class DaemonProcess:
             CLI + ["nimbus", "--port", "0", *where, "--log-format", "json",
                    "--log-level", "info", *args],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-            env={**os.environ, **(env or {})})
+            # Submitted topologies are stored, not run: no Spark in these tests.
+            env={**os.environ, "NIMBUS_THRIFT_LAUNCHER": "none", **(env or {})})
         self.lines: list[str] = []
         self.ready = threading.Event()
         self.port = 0

@@ -24,7 +24,8 @@ class Env:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.clock = FakeClock()
         self.launcher = FakeLauncher()
-        self.config = load_config(env={}, flags={"data_dir": str(data_dir), **config})
+        self.config = load_config(env={}, flags={"data_dir": str(data_dir),
+                                                 "launcher": "none", **config})
         self.open()
 
     def open(self) -> None:

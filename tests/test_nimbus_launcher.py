@@ -34,6 +34,7 @@ def test_builtin_none() -> None:
     assert isinstance(launcher, UnscheduledLauncher)
     status = launcher.status("x")
     assert status.state == "unscheduled" and not status.assigned
+    assert status.detail.startswith("unscheduled: ")
     assert "no execution backend" in status.detail
 
 
@@ -43,7 +44,7 @@ def test_module_factory_gets_the_config() -> None:
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("spork", "unknown launcher 'spork': use one of none or 'module:factory'"),
+    ("spork", "unknown launcher 'spork': use one of none, spark or 'module:factory'"),
     ("no_such_module_xyz:f", "cannot load launcher 'no_such_module_xyz:f'"),
     ("test_nimbus_launcher:missing", "cannot load launcher 'test_nimbus_launcher:missing'"),
     ("test_nimbus_launcher:exploding_factory",
@@ -64,7 +65,7 @@ def test_daemon_with_a_bad_launcher_does_not_start(tmp_path: Path) -> None:
         daemon.start()
     # Nothing is left held: a daemon with a good launcher can use the directory now.
     good = NimbusDaemon(load_config(env={}, flags={"data_dir": str(tmp_path / "d"),
-                                                   "port": 0}))
+                                                   "port": 0, "launcher": "none"}))
     good.start()
     good.stop()
 
@@ -79,8 +80,10 @@ def test_cli_bad_launcher_is_one_sentence(tmp_path: Path) -> None:
 
 
 def test_none_launcher_end_to_end(tmp_path: Path) -> None:
-    """The default daemon accepts and controls topologies and says they do not run."""
-    config = load_config(env={}, flags={"data_dir": str(tmp_path / "d"), "port": 0})
+    """A daemon without execution accepts and controls topologies and says they do not
+    run."""
+    config = load_config(env={}, flags={"data_dir": str(tmp_path / "d"), "port": 0,
+                                        "launcher": "none"})
     with NimbusDaemon(config) as daemon:
         port = daemon.handler.address[1]          # type: ignore[union-attr]
         with NimbusClient("127.0.0.1", port, timeout=10) as client:

@@ -38,6 +38,12 @@ DEFAULT_UPLOAD_RETENTION_SECS = 3600.0
 DEFAULT_DOWNLOAD_CHUNK_BYTES = 307_200
 #: How often expired uploads and downloads are swept.
 DEFAULT_SWEEP_SECS = 30.0
+#: How long a topology's Spark application gets to stop by itself (control file
+#: ``stop``) before it is sent SIGTERM: a graceful stop measured 2-4 s on 2 vCPUs.
+DEFAULT_STOP_GRACE_SECS = 30.0
+#: Relaunches of a crashed topology before it is left failed (a bug in a bolt fails
+#: every time; a lost executor or a full disk usually does not).
+DEFAULT_MAX_RESTARTS = 3
 
 
 def default_data_dir() -> Path:
@@ -64,8 +70,28 @@ class NimbusConfig:
     upload_retention_secs: float = DEFAULT_UPLOAD_RETENTION_SECS
     download_chunk_bytes: int = DEFAULT_DOWNLOAD_CHUNK_BYTES
     sweep_secs: float = DEFAULT_SWEEP_SECS
-    launcher: str = "none"
+    #: What runs topologies: ``spark`` (each topology is a Spark application started
+    #: with spark-submit), ``none`` (topologies are stored and controlled but never
+    #: run), or ``module:factory`` for a launcher of your own.
+    launcher: str = "spark"
+    #: Spark master URL for topologies: ``local[*]`` (this machine, every core),
+    #: ``local[N]``, or ``spark://host:port`` of a standalone cluster.
     spark_master: str = "local[*]"
+    #: The spark-submit to run, as a path or a command line (``python fake.py``);
+    #: empty means ``$SPARK_HOME/bin/spark-submit`` of the PySpark installed with
+    #: the daemon.
+    spark_submit: str = ""
+    #: Web UI of a standalone Spark master (``http://host:8080``), read for the
+    #: cluster's workers; empty means port 8080 on the host of ``spark_master``.
+    spark_master_ui: str = ""
+    #: Relaunch a topology whose Spark application failed, from its checkpoint
+    #: (at most ``max_restarts`` times in a row, waiting longer each time).
+    restart_failed: bool = True
+    #: Relaunches in a row before a failing topology is left failed.
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    #: Seconds a topology gets to stop by itself (at removal and rebalance) before
+    #: its processes are sent SIGTERM, then SIGKILL.
+    stop_grace_secs: float = DEFAULT_STOP_GRACE_SECS
     log_level: str = "info"
     log_format: str = "auto"
 
@@ -77,7 +103,11 @@ class NimbusConfig:
 _LIMITS = {  # field -> (lowest allowed, inclusive)
     "port": 0, "worker_threads": 1, "max_frame_size": 64, "max_read_buffer_bytes": 64,
     "max_connections": 1, "max_upload_bytes": 1, "download_chunk_bytes": 1,
+    "max_restarts": 0,
 }
+#: Words a boolean setting may be spelled with in YAML strings and the environment.
+_BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,
+               "false": False, "no": False, "off": False, "0": False}
 
 
 def _check(name: str, value: Any) -> None:
@@ -94,6 +124,12 @@ def _check(name: str, value: Any) -> None:
         raise ConfigError(f"log_format must be auto, console or json, not {value!r}")
     if name in ("host", "launcher", "spark_master") and not value:
         raise ConfigError(f"{name} must not be empty")
+    if name == "spark_master_ui" and value and \
+            not value.startswith(("http://", "https://")):
+        raise ConfigError(f"spark_master_ui must be an http:// or https:// URL, "
+                          f"not {value!r}")
+    if _TYPES[name] is bool and not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true or false, not {value!r}")
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(NimbusConfig)}
@@ -103,6 +139,12 @@ _TYPES: dict[str, type] = typing.get_type_hints(NimbusConfig)
 def _coerce(name: str, value: Any, source: str) -> Any:
     kind = _TYPES[name]
     try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
+                return _BOOL_WORDS[value.strip().lower()]
+            raise ValueError
         if kind is int:
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError
@@ -120,7 +162,8 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             raise ValueError
         return value
     except (TypeError, ValueError):
-        expected = {int: "an integer", float: "a number", Path: "a path", str: "a string"}
+        expected = {int: "an integer", float: "a number", Path: "a path", str: "a string",
+                    bool: "true or false"}
         raise ConfigError(f"{source}: {name} must be {expected[kind]}, not {value!r}") \
             from None
 

@@ -5,7 +5,8 @@ stopped in the right order.
       nimbus.lock          held (flock) while a daemon uses the directory
       nimbus.sqlite3       state (WAL: also -wal and -shm files)
       inbox/               uploads: <id>.part while open, <id>.zip once finished
-      topologies/<id>/     per-topology work directory (the launcher's)
+      topologies/<id>/     per-topology work directory (the launcher's; for the spark
+                           launcher see nimbus_thrift/runner/rundir.py)
 """
 
 from __future__ import annotations

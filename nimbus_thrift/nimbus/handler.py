@@ -29,6 +29,7 @@ from thriftpy2.thrift import TApplicationException
 from thriftpy2.utils import deserialize, serialize
 
 from .. import __version__
+from ..topology.streams import STATEFUL_KEY
 from .code import CodeArchive, CodeError
 from .config import NimbusConfig, to_public
 from .launcher import Launcher, LaunchSpec, RunStatus
@@ -46,8 +47,6 @@ log = structlog.get_logger("nimbus_thrift.nimbus")
 NIMBUS_COMPONENT = "__nimbus"
 #: A removal whose launcher stop failed is retried after this long.
 REMOVE_RETRY_SECS = 30.0
-#: Grace the launcher gets to stop a topology's processes at removal.
-STOP_GRACE_SECS = 30.0
 #: Storm's window key for all-time statistics.
 ALL_TIME = ":all-time"
 
@@ -262,6 +261,13 @@ class NimbusHandler:
                         f"component {component!r} has {rec.tasks[component]} tasks and "
                         f"cannot run on {count} executors (tasks are fixed at submit; set "
                         "topology.tasks in the component's json_conf to allow more)")
+                current = rec.executors.get(component)
+                if count != current and self._stateful(rec, component):
+                    raise InvalidTopology(
+                        f"component {component!r} is a stateful bolt: its keyed state is "
+                        f"partitioned in the checkpoint, which pins it to the {current} "
+                        f"executors it started with, so it cannot run on {count}; kill "
+                        "and resubmit to change it (its state starts empty)")
             next_status(name, Status(rec.status), Event.REBALANCE)
             due = self.clock() + wait
             with self.store.transaction():
@@ -290,7 +296,7 @@ class NimbusHandler:
 
     def _remove(self, rec: TopologyRecord) -> None:
         assert next_status(rec.name, Status(rec.status), Event.REMOVE) == GONE
-        if not self._launcher_call(rec.id, "stop", rec.id, STOP_GRACE_SECS):
+        if not self._launcher_call(rec.id, "stop", rec.id, self.config.stop_grace_secs):
             due = self.clock() + REMOVE_RETRY_SECS
             self.store.set_action(Action(rec.id, "remove", due, {}))
             self.timers.arm(rec.id, due)
@@ -472,6 +478,17 @@ class NimbusHandler:
                 execute_ms_avg={ALL_TIME: {s: stats.latency_ms for s in first}}))
         return idl.ExecutorStats(emitted=emitted, transferred=emitted, specific=specific,
                                  rate=stats.rate / count)
+
+    def _stateful(self, rec: TopologyRecord, component: str) -> bool:
+        """True for a component the DSL marked stateful (in its json_conf)."""
+        bolt = (self._topology_struct(rec).bolts or {}).get(component)
+        if bolt is None or bolt.common is None or not bolt.common.json_conf:
+            return False
+        try:
+            conf = json.loads(bolt.common.json_conf)
+        except ValueError:
+            return False
+        return isinstance(conf, dict) and conf.get(STATEFUL_KEY) is True
 
     def _spouts(self, rec: TopologyRecord) -> set[str]:
         return set(self._topology_struct(rec).spouts or {})

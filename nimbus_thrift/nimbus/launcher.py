@@ -6,6 +6,8 @@ never loses an acknowledged request: it shows up in ``getTopologyInfo`` instead.
 
 Built-in launchers (``launcher:`` in the daemon configuration):
 
+    spark       the default: each topology is one Spark application, started with
+                spark-submit on ``spark_master`` (:mod:`.spark_launcher`).
     none        nothing runs: topologies are accepted, stored and controlled, and report
                 "not scheduled" (a Nimbus with no supervisors). For clients, tooling and
                 tests that need the service but not the execution.
@@ -61,8 +63,10 @@ class RunStatus:
     """What a launcher knows about one topology.
 
     ``state``: one of ``unscheduled``, ``starting``, ``running``, ``paused``,
-    ``failed``, ``stopped``. ``detail`` is a sentence for humans (the TopologyInfo
-    ``sched_status``); ``errors`` are ``(component, message, epoch secs)``.
+    ``stopping``, ``stopped``, ``finished``, ``failed``. ``detail`` is a sentence for
+    humans (the TopologyInfo ``sched_status``) that starts with the state word and a
+    colon (``running: batch 12, ...``), so tools can read the state from it; ``errors``
+    are ``(component, message, epoch secs)``.
     """
 
     state: str
@@ -119,7 +123,7 @@ class UnscheduledLauncher:
     """
 
     name = "none"
-    DETAIL = "not scheduled: this nimbus has no execution backend (launcher 'none')"
+    DETAIL = "unscheduled: this nimbus has no execution backend (launcher 'none')"
 
     def launch(self, spec: LaunchSpec) -> None:
         pass
@@ -146,8 +150,15 @@ class UnscheduledLauncher:
         pass
 
 
+def _spark(config: Any) -> Launcher:
+    # Imported when chosen: the module looks for PySpark and Java as it starts.
+    from .spark_launcher import SparkLauncher
+    return SparkLauncher(config)
+
+
 BUILTIN: dict[str, Callable[[Any], Launcher]] = {
     "none": lambda config: UnscheduledLauncher(),
+    "spark": _spark,
 }
 
 
