@@ -125,8 +125,8 @@ def _wait(stop: "threading.Event") -> None:
 @click.option("--port", type=int, help="Port to listen on.  [default: 6627, as Storm]")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
               help="State, uploads, work directories.  [default: ~/.local/share/nimbus-thrift]")
-@click.option("--launcher", help="What runs topologies: 'none' or module:factory.  "
-                                 "[default: none]")
+@click.option("--launcher", help="What runs topologies: 'spark', 'none' or "
+                                 "module:factory.  [default: spark]")
 @click.option("--spark-master", help="Spark master for topologies.  [default: local[*]]")
 @click.option("--workers", "worker_threads", type=int, help="RPC worker threads.  [default: 64]")
 @click.option("--max-frame-size", type=int, help="Largest request frame in bytes.  "
