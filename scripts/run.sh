@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Sets everything up (scripts/setup.sh) and runs the main job in the foreground: the
-# nimbus daemon on 127.0.0.1:6627 (state in ~/.local/share/nimbus-thrift) until Ctrl-C or
-# SIGTERM. Extra arguments go to `nimbus-thrift nimbus` (see --help), e.g. --port 0 or
-# --data-dir /tmp/nimbus. `nimbus-thrift demo` serves the small demo service instead.
+# The main job, from a fresh machine: set everything up (scripts/setup.sh), start the
+# nimbus daemon, submit examples/wordcount.py to an embedded local Spark, and show the
+# word counts as they grow. Ctrl-C (or --for SECONDS) kills the topology and stops the
+# daemon cleanly. State lives in .run/ (see scripts/wordcount_demo.py --help).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 scripts/setup.sh
-exec .venv/bin/nimbus-thrift nimbus "$@"
+exec .venv/bin/python scripts/wordcount_demo.py "$@"
