@@ -48,6 +48,11 @@ def session(master: str):  # type: ignore[no-untyped-def]
     from pyspark.sql import SparkSession
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Spark's Python workers and data-source runners are other processes: they find the
+    # example's and the baseline's modules through PYTHONPATH, not this sys.path.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "examples"), str(ROOT / "scripts" / "bench"), str(ROOT),
+         os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return (SparkSession.builder.master(master).appName("bench-topology")
             .config("spark.ui.enabled", "false")
             .config("spark.driver.host", "127.0.0.1")

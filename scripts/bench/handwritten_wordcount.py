@@ -19,8 +19,8 @@ SENTENCES = (
 
 def register(spark: Any) -> None:
     """Register the ``bench_sentences`` streaming source on ``spark``."""
-    from pyspark.sql.datasource import (DataSource, DataSourceStreamReader, InputPartition,
-                                        SupportsTriggerAvailableNow)
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
     class Part(InputPartition):
         def __init__(self, task: int, start: int, end: int):
@@ -99,6 +99,7 @@ def run(spark: Any, checkpoint: str, tasks: int, per_task: int, batch: int,
     def sink(df: Any, batch_id: int) -> None:
         counted[0] += df.count()
 
+    register(spark)
     spark.conf.set("spark.sql.shuffle.partitions", str(par))
     query = (spark.readStream.format("bench_sentences")
              .option("tasks", tasks).option("total", per_task).option("batch", batch).load()
