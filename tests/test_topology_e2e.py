@@ -106,7 +106,9 @@ def _kill_and_check_clean(client: NimbusClient, data_dir: Path, name: str,
     wait_until("the topology to be removed",
                lambda: name not in {t.name for t in client.getClusterInfo().topologies})
     assert session_left(record) == [], "processes of the killed job are still running"
-    assert not (data_dir / "topologies" / topology_id).exists()
+    # The row goes first, then the directory (the handler removes both, in that order).
+    wait_until("its work directory to be deleted",
+               lambda: not (data_dir / "topologies" / topology_id).exists(), timeout=30)
 
 
 def test_wordcount_runs_pauses_resumes_survives_daemon_restart_and_dies_clean(
@@ -200,10 +202,10 @@ def test_wordcount_on_a_standalone_cluster(
                 wait=True, timeout=SPARK_TIMEOUT)
             wait_until("the first counts", lambda: counts(db).get("the"))
             apps = cluster.state()["activeapps"]
-            assert [a["name"] for a in apps] == ["topology-wordcount"], apps
+            assert [a["name"] for a in apps] == ["wordcount"], apps
             assert apps[0]["cores"] == 2
             _kill_and_check_clean(client, data_dir, "wordcount", topology_id)
             done = wait_until("the application to finish on the master",
                               lambda: cluster.state()["completedapps"])
-            assert done[0]["name"] == "topology-wordcount"
+            assert done[0]["name"] == "wordcount"
             assert done[0]["state"] == "FINISHED"
