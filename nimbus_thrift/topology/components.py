@@ -196,12 +196,12 @@ class StatefulBolt(Bolt):
         the state is dropped if ``state.removed`` is still set at the end.
         """
         emitted: list[Sequence[Any]] = []
-        last = len(tuples) - 1
-        for i, tup in enumerate(tuples):
-            result = self.process(tup, state)
-            if result is not None:
-                emitted.extend(result)
-            if state.removed and i < last:
+        extend, process = emitted.extend, self.process
+        for tup in tuples:
+            if state.removed:           # by the tuple before: this one starts afresh
                 state.removed = False
                 state.value = self.initial_state(state.key)
+            result = process(tup, state)
+            if result is not None:
+                extend(result)
         return emitted

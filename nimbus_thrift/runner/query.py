@@ -1,0 +1,91 @@
+"""Start a topology's one streaming query in a SparkSession, and read it back.
+
+Shared by the spark-submit driver (:mod:`.driver`) and the in-process runs of
+:mod:`.local`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from .dataflow import BatchSink, Collected, CountsParam, build_query
+from .figures import describe_failure
+from .plan import Plan, build_plan
+from .rundir import RunDir
+from .spec import RunSpec
+
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+class TopologyQuery:
+    """One run of a topology: the query, its accumulator and collected tuples.
+
+    Run settings (``spec.run``): ``trigger_ms`` (processing-time trigger interval;
+    0, the default, starts the next batch as soon as one ends), ``bounded`` (read what
+    the spouts have at the start, in batches, then end: ``availableNow``),
+    ``max_batch`` (see :func:`~.plan.max_batch_of`).
+    """
+
+    def __init__(self, spark: SparkSession, spec: RunSpec, run_dir: RunDir, *,
+                 collect: bool = False):
+        self.spark = spark
+        self.spec = spec
+        self.run_dir = run_dir
+        self.plan: Plan = build_plan(spec)
+        self.bounded = bool(spec.run.get("bounded", False))
+        trigger_ms = spec.run.get("trigger_ms", 0)
+        if not isinstance(trigger_ms, (int, float)) or isinstance(trigger_ms, bool) \
+                or trigger_ms < 0:
+            raise ValueError(f"trigger_ms must be a number >= 0, not {trigger_ms!r}")
+        self.trigger_ms = trigger_ms
+        self.accumulator = spark.sparkContext.accumulator({}, CountsParam())
+        self.collected = Collected() if collect else None
+        self.query: StreamingQuery | None = None
+
+    def start(self) -> StreamingQuery:
+        """Build and start the query (checkpoint in the work dir's ``checkpoint``).
+
+        The state partition count is the stateful bolts' parallelism at the first
+        start; afterwards Spark takes it from the checkpoint whatever the session says.
+        """
+        if self.plan.stateful is not None:
+            self.spark.conf.set(SHUFFLE_PARTITIONS, str(self.plan.stateful.parallelism))
+        frame, sink = build_query(self.spark, self.plan, self.run_dir.root,
+                                  self.accumulator, self.bounded, self.collected)
+        writer = (frame.writeStream.queryName(self.spec.name).outputMode("append")
+                  .option("checkpointLocation", str(self.run_dir.checkpoint)))
+        if self.bounded:
+            writer = writer.trigger(availableNow=True)
+        elif self.trigger_ms:
+            writer = writer.trigger(processingTime=f"{self.trigger_ms} milliseconds")
+        if isinstance(sink, BatchSink):
+            writer = writer.foreachBatch(sink)
+        else:
+            writer = writer.format("noop")
+        self.query = writer.start()
+        return self.query
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """``{component: (emitted, processed)}`` as accumulated (copies included)."""
+        return dict(self.accumulator.value)
+
+    def progress(self) -> list[dict[str, Any]]:
+        return list(self.query.recentProgress) if self.query is not None else []
+
+    def failure(self) -> tuple[str, str] | None:
+        """``(component, message)`` if the query failed, else None."""
+        if self.query is None:
+            return None
+        exc = self.query.exception()
+        if exc is None:
+            return None
+        return describe_failure(_error_text(exc), self.plan.nodes)
+
+
+def _error_text(exc: Any) -> str:
+    # str() holds the description with the Python traceback of the worker (and the JVM
+    # stack if enabled); getMessage() is empty for errors without an error class.
+    return str(exc)
