@@ -62,8 +62,14 @@ def test_groupings_route_to_the_right_tasks(spark, tmp_path):
     assert all(len(tasks) == 1 for tasks in tasks_of_key.values())
     assert len({t for tasks in tasks_of_key.values() for t in tasks}) > 1
     assert sorted(n for n, _, _ in by_key) == sorted(everything)
-    local = result.tuples("local")
-    assert sorted(n for n, _, _ in local) == sorted(everything)
+    assert result.figures["local"].processed == 200   # not a leaf: read by mixed
+    # Two inputs, one exchange: fields on one, all on the other.
+    mixed = result.tuples("mixed")
+    from_numbers = [(n, key, task) for source, n, key, task in mixed if source == "numbers"]
+    assert sorted(n for n, _, _ in from_numbers) == sorted(everything)
+    assert all(len({t for _, k, t in from_numbers if k == key}) == 1 for key in range(7))
+    from_local = sorted((n, task) for source, n, _, task in mixed if source == "local")
+    assert from_local == [(n, t) for n in range(200) for t in range(2)]
     # The spout feeds four bolts through one shared exchange: read once.
     assert result.figures["numbers"].emitted == 200
     assert result.figures["to_all"].processed == 600

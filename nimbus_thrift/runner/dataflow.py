@@ -118,17 +118,6 @@ def _sink_exports(plan: Plan) -> list[str]:
     return ([STATEFUL] if plan.stateful else []) + list(plan.exports)
 
 
-def stateful_columns(plan: Plan) -> list[tuple[str, str]]:
-    """``(column, type)`` of the merged stateful operator's output."""
-    op = plan.stateful
-    assert op is not None
-    columns = [(BOLT_COLUMN, "int")] if op.bolt_column else []
-    for bolt in op.bolts:
-        prefix = op.output_prefix(bolt)
-        columns.extend((prefix + n, t) for n, t in plan.nodes[bolt].output.columns())
-    return columns
-
-
 class Builder:
     """Builds components' output DataFrames, each once, from given roots (the
     spouts' streams, or the tail's inputs sliced from the persisted batch)."""
@@ -210,7 +199,7 @@ class Builder:
         keys = ([BOLT_COLUMN] if op.bolt_column else []) + op.key_columns()
         return merged.groupBy(*keys).applyInPandasWithState(
             stateful_function(self.plan.topology, op, self.plan.nodes, self.accumulator),
-            ddl(stateful_columns(self.plan)), STATE_SCHEMA, "Append",
+            ddl(op.output_columns(self.plan.nodes)), STATE_SCHEMA, "Append",
             GroupStateTimeout.NoTimeout)
 
 
@@ -238,9 +227,9 @@ def _exchange(node: Node, frames: list[DataFrame]) -> DataFrame:
 
     Several inputs need one exchange for all: each row gets its task ``_p`` from its
     own input's grouping (fields: ``pmod(hash(key), n)``; global: 0; all: one copy per
-    task; shuffle, none and local_or_shuffle: round robin by row number within the
-    upstream partition, which approximates local_or_shuffle by shuffle), then all go to
-    partition ``_p`` exactly.
+    task; shuffle, none and local_or_shuffle: the hash of the whole tuple, so equal
+    tuples meet on one task, and local_or_shuffle is approximated by shuffle), then
+    all go to partition ``_p`` exactly.
     """
     n = node.parallelism
     if len(frames) == 1:
@@ -271,8 +260,10 @@ def _exchange(node: Node, frames: list[DataFrame]) -> DataFrame:
             # needs deterministic plans): by the hash of the whole tuple.
             target = F.pmod(F.hash(F.lit(slot.index), *[F.col(c) for c in frame.columns]),
                             F.lit(n))
+        if slot.grouping != "all":       # sequence() gives ints, and Spark refuses a
+            target = target.cast("int")  # generator nested in a cast
         parts.append(frame.select(F.lit(slot.index).cast("bigint").alias(SLOT_COLUMN),
-                                  target.cast("int").alias("_p"), *frame.columns))
+                                  target.alias("_p"), *frame.columns))
     return _to_tasks(_union(parts), n).withColumn(TASK_COLUMN, F.spark_partition_id())
 
 
@@ -285,7 +276,8 @@ def _to_tasks(frame: DataFrame, n: int) -> DataFrame:
 
 def export_columns(plan: Plan, name: str) -> list[tuple[str, str]]:
     if name == STATEFUL:
-        return stateful_columns(plan)
+        assert plan.stateful is not None
+        return plan.stateful.output_columns(plan.nodes)
     return plan.nodes[name].output.columns()
 
 

@@ -40,8 +40,8 @@ ARROW_TYPES: dict[str, pa.DataType] = {
 PYTHON_TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,), "int": (int,), "float": (float, int), "bool": (bool,),
     "bytes": (bytes, bytearray, memoryview)}
-#: numpy types of fields without nulls for pandas output (others: object arrays).
-NUMPY_TYPES: dict[str, Any] = {"int": np.int64, "float": np.float64, "bool": np.bool_}
+#: Field types that pandas output takes from Arrow's buffer when there is no null.
+NUMERIC = ("int", "float", "bool")
 #: Columns up to this length are type-checked value by value (the stateful operator's
 #: outputs per key are short; pa.array's inference costs 6 us even for one value).
 SMALL_COLUMN = 8
@@ -377,9 +377,13 @@ class Emitter:
             decl = self.by_name[stream]
             own = {}
             for c, values in zip(decl.columns, self._values(stream, rows)):
-                nulls = to_array(self.node, stream, c, values).null_count
-                own[c.name] = np.array(values, NUMPY_TYPES.get(c.type, object)
-                                       if not nulls else object)
+                array = to_array(self.node, stream, c, values)
+                # Numbers without nulls: the Arrow buffer as is; the rest as objects
+                # (for strings a copy of the list's pointers is cheaper than Arrow's
+                # conversion back to Python strings).
+                own[c.name] = array.to_numpy(zero_copy_only=False) \
+                    if c.type in NUMERIC and not array.null_count \
+                    else np.array(values, object)
             for name in self.names:
                 if name == STREAM_COLUMN:
                     parts[name].append(np.full(count, decl.index, np.int64))
@@ -542,13 +546,8 @@ class StatefulTask:
         self.decoders = [TupleDecoder(slot) for slot in op.slots]
         self.slot_bolt = [op.bolts.index(slot.bolt) for slot in op.slots]
         self.processed = [0] * len(self.nodes)
-        #: The merged output's columns and types, to fill other bolts' ones with nulls.
-        self.out_columns: list[tuple[str, str]] = [(BOLT_COLUMN, "int")] \
-            if op.bolt_column else []
-        for bolt, node in zip(op.bolts, self.nodes):
-            prefix = op.output_prefix(bolt)
-            self.out_columns.extend((prefix + name, ftype)
-                                    for name, ftype in node.output.columns())
+        #: The merged output's columns, to fill other bolts' ones with nulls.
+        self.out_columns = [name for name, _ in op.output_columns(nodes)]
 
     def _instance(self, b: int) -> Any:
         if b not in self.instances:
@@ -619,7 +618,7 @@ class StatefulTask:
         import pandas as pd
         prefix = self.op.output_prefix(self.op.bolts[b])
         data = {}
-        for name, _ in self.out_columns:
+        for name in self.out_columns:
             if name == BOLT_COLUMN:
                 data[name] = np.full(count, b, np.int64)
             elif name.startswith(prefix) and name[len(prefix):] in columns:

@@ -197,6 +197,16 @@ class StatefulOp:
         """Prefix of a bolt's output columns in the merged output (``o1_s0_0``)."""
         return f"o{self.bolts.index(bolt)}_" if self.bolt_column else ""
 
+    def output_columns(self, nodes: dict[str, "Node"]) -> list[tuple[str, str]]:
+        """``(column, type)`` of the merged output: ``_b`` if several bolts, then each
+        bolt's output columns, prefixed."""
+        columns = [(BOLT_COLUMN, "int")] if self.bolt_column else []
+        for bolt in self.bolts:
+            prefix = self.output_prefix(bolt)
+            columns.extend((prefix + name, ftype)
+                           for name, ftype in nodes[bolt].output.columns())
+        return columns
+
 
 @dataclass(frozen=True)
 class Plan:

@@ -36,12 +36,23 @@ class WhereBolt(Bolt):
         yield (tup.n, tup.key, self.context.task)
 
 
+class MixedBolt(Bolt):
+    """Two inputs: emits ``(source component, n, key, task)``."""
+
+    outputs = {"source": str, "n": int, "key": int, "task": int}
+
+    def process(self, tup):
+        yield (tup.component, tup.n, tup.key, self.context.task)
+
+
 class Groupings(Topology):
     numbers = NumberSpout.spec(par=2)
     to_all = WhereBolt.spec(inputs={numbers: Grouping.all}, par=3)
     to_one = WhereBolt.spec(inputs={numbers: getattr(Grouping, "global")}, par=3)
     by_key = WhereBolt.spec(inputs={numbers: Grouping.fields("key")}, par=3)
     local = WhereBolt.spec(inputs={numbers: Grouping.local_or_shuffle}, par=1)
+    mixed = MixedBolt.spec(inputs={numbers: Grouping.fields("key"), local: Grouping.all},
+                           par=2)
 
 
 class ClassifyBolt(Bolt):
