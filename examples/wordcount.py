@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from nimbus_thrift.topology import Bolt, Context, Grouping, KeyState, Spout, StatefulBolt, Topology
 
@@ -72,9 +72,14 @@ class CountBolt(StatefulBolt):
     def initial_state(self, key: tuple[Any, ...]) -> int:
         return 0
 
-    def process(self, tup: Any, state: KeyState) -> Iterator[tuple[str, int]]:
-        state.value += 1
-        yield (tup.word, state.value)
+    def process_key(self, tuples: Sequence[Any], state: KeyState) -> list[tuple[str, int]]:
+        # All of a word's tuples of one micro-batch at once: one Python call per word
+        # per batch instead of one per tuple, with the same output as counting them one
+        # by one (a running count per input word, as Storm's word count emits).
+        first = state.value
+        state.value += len(tuples)
+        word = tuples[0].word
+        return [(word, n) for n in range(first + 1, state.value + 1)]
 
 
 class SqliteSink(Bolt):
