@@ -27,13 +27,18 @@ from nimbus_thrift.topology import (Bolt, Context, Grouping, KeyState, Spout, St
 LINE = re.compile(r'^(\S+) \S+ \S+ \[([^\]]+)\] "(\S+) (\S+)[^"]*" (\d{3}) (\d+|-)')
 
 
-def _db(conf: dict[str, Any]) -> sqlite3.Connection:
+def _write(conf: dict[str, Any], sql: str, rows: list[tuple[Any, ...]]) -> None:
+    """Run ``sql`` for every row in one transaction of the report database."""
     db = sqlite3.connect(conf.get("weblogs.db", "/tmp/weblogs-report.sqlite"), timeout=30)
-    db.execute("CREATE TABLE IF NOT EXISTS hits (path TEXT, status INTEGER, hits INTEGER, "
-               "bytes INTEGER, PRIMARY KEY (path, status))")
-    db.execute("CREATE TABLE IF NOT EXISTS rejects (file TEXT, line INTEGER, text TEXT, "
-               "PRIMARY KEY (file, line))")
-    return db
+    try:
+        with db:
+            db.execute("CREATE TABLE IF NOT EXISTS hits (path TEXT, status INTEGER, "
+                       "hits INTEGER, bytes INTEGER, PRIMARY KEY (path, status))")
+            db.execute("CREATE TABLE IF NOT EXISTS rejects (file TEXT, line INTEGER, "
+                       "text TEXT, PRIMARY KEY (file, line))")
+            db.executemany(sql, rows)
+    finally:
+        db.close()
 
 
 class InboxSpout(Spout):
@@ -107,19 +112,13 @@ class ReportSink(Bolt):
             self.rows[key] = (tup.hits, tup.bytes)
 
     def end_batch(self, batch_id: int) -> None:
-        if not self.rows:
-            return
-        db = _db(self.conf)
-        try:
-            with db:
-                db.executemany(
-                    "INSERT INTO hits VALUES (?, ?, ?, ?) ON CONFLICT(path, status) DO "
-                    "UPDATE SET hits = max(hits, excluded.hits), "
-                    "bytes = CASE WHEN excluded.hits >= hits THEN excluded.bytes "
-                    "ELSE bytes END",
-                    [(p, s, h, b) for (p, s), (h, b) in self.rows.items()])
-        finally:
-            db.close()
+        if self.rows:
+            _write(self.conf,
+                   "INSERT INTO hits VALUES (?, ?, ?, ?) ON CONFLICT(path, status) DO "
+                   "UPDATE SET hits = max(hits, excluded.hits), "
+                   "bytes = CASE WHEN excluded.hits >= hits THEN excluded.bytes "
+                   "ELSE bytes END",
+                   [(p, s, h, b) for (p, s), (h, b) in self.rows.items()])
         self.rows.clear()
 
 
@@ -134,14 +133,8 @@ class RejectSink(Bolt):
         self.rows.append((tup.file, tup.line, tup.text))
 
     def end_batch(self, batch_id: int) -> None:
-        if not self.rows:
-            return
-        db = _db(self.conf)
-        try:
-            with db:
-                db.executemany("INSERT OR REPLACE INTO rejects VALUES (?, ?, ?)", self.rows)
-        finally:
-            db.close()
+        if self.rows:
+            _write(self.conf, "INSERT OR REPLACE INTO rejects VALUES (?, ?, ?)", self.rows)
         self.rows.clear()
 
 

@@ -30,6 +30,11 @@ SENTENCES = (
 )
 
 
+def sentence_at(task: int, offset: int) -> str:
+    """The sentence at ``offset`` of spout task ``task``: always the same one."""
+    return SENTENCES[(offset * 7 + task) % len(SENTENCES)]
+
+
 class SentenceSpout(Spout):
     """Endless (or ``wordcount.total``) sentences; offset i of task t is always the same
     sentence, so a replayed batch reads exactly what it read the first time."""
@@ -51,9 +56,8 @@ class SentenceSpout(Spout):
         return min(end, int((time.time() - self.began) * self.rate))
 
     def read(self, start: int, end: int) -> Iterator[tuple[str]]:
-        n = len(SENTENCES)
         for offset in range(start, end):
-            yield (SENTENCES[(offset * 7 + self.task) % n],)
+            yield (sentence_at(self.task, offset),)
 
 
 class SplitBolt(Bolt):

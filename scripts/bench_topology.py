@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "examples"), str(ROOT / "scripts" / "bench")]
 
 import handwritten_wordcount  # noqa: E402
-from wordcount import CountBolt, SentenceSpout, SplitBolt  # noqa: E402
+from wordcount import SENTENCES, CountBolt, SentenceSpout, SplitBolt  # noqa: E402
 
 from nimbus_thrift.topology import Grouping, Topology  # noqa: E402
 
@@ -66,7 +66,7 @@ def throughput(args: argparse.Namespace) -> None:
     spark = session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
     total = args.sentences * 2
-    words = sum(len(s.split()) for s in handwritten_wordcount.SENTENCES)  # per 5
+    words = sum(len(s.split()) for s in SENTENCES)  # per 5
     print(f"word count, {total:,} sentences (~{total * words // 5:,} words) per run, "
           f"{args.batch:,} sentences per spout task per batch, master {args.master}")
     print(f"{'round':>5} {'ours s/s':>12} {'hand-written s/s':>17} {'ratio':>7}")

@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from nimbus_thrift.nimbus import nimbus_idl
+from nimbus_thrift.nimbus import NimbusDaemon, nimbus_idl
 from nimbus_thrift.nimbus.launcher import ComponentStats, LaunchSpec, RunStatus, WorkerNode
 
 N = nimbus_idl()
@@ -153,3 +153,9 @@ def upload(handler: Any, data: bytes, chunk: int = 307200) -> str:
 def write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+def port_of(daemon: NimbusDaemon) -> int:
+    """The port an in-process daemon started on port 0 listens on."""
+    assert daemon.handler is not None
+    return daemon.handler.address[1]

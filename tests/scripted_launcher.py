@@ -15,14 +15,17 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from nimbus_thrift.nimbus.launcher import LauncherError, LaunchSpec, RunStatus, WorkerNode
+from nimbus_thrift.nimbus.launcher import (LauncherError, LaunchSpec, RunStatus,
+                                          UnscheduledLauncher)
 
 SCRIPT_KEY = "test.status.script"
 LAUNCH_ERROR_KEY = "test.launch.error"
 DEFAULT_SCRIPT = ("running: scripted",)
 
 
-class ScriptedLauncher:
+class ScriptedLauncher(UnscheduledLauncher):
+    """Pause, resume, rebalance, nodes and close do nothing, as in the ``none`` launcher."""
+
     name = "scripted"
 
     def __init__(self) -> None:
@@ -55,21 +58,6 @@ class ScriptedLauncher:
     def stop(self, topology_id: str, grace: float) -> None:
         with self.lock:
             self.scripts[topology_id] = ["stopped: killed"]
-
-    def pause(self, topology_id: str) -> None:
-        pass
-
-    def resume(self, topology_id: str) -> None:
-        pass
-
-    def rebalance(self, spec: LaunchSpec) -> None:
-        pass
-
-    def nodes(self) -> list[WorkerNode]:
-        return []
-
-    def close(self) -> None:
-        pass
 
 
 def factory(config: Any) -> ScriptedLauncher:

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import pytest
 from click.testing import CliRunner
 
-from nimbus_support import FakeLauncher, N, make_zip, wordcount
+from nimbus_support import FakeLauncher, N, make_zip, port_of, wordcount
 from nimbus_thrift.cli import main
 from nimbus_thrift.client import NimbusClient, NimbusClientError
 from nimbus_thrift.nimbus import DaemonError, NimbusDaemon, load_config
@@ -37,11 +37,6 @@ def daemon(tmp_path: Path) -> Iterator[NimbusDaemon]:
         yield d
     finally:
         d.stop(grace=5.0)
-
-
-def port_of(d: NimbusDaemon) -> int:
-    assert d.handler is not None
-    return d.handler.address[1]
 
 
 def submit(port: int, name: str = "wc", conf: dict | None = None) -> str:

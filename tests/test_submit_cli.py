@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import pytest
 from click.testing import CliRunner
 
-from nimbus_support import N
+from nimbus_support import N, port_of
 from nimbus_thrift.cli import main
 from nimbus_thrift.client import NimbusClient, NimbusTimeout
 from nimbus_thrift.nimbus import NimbusDaemon, load_config
@@ -58,11 +58,6 @@ def scripted_daemon(tmp_path: Path) -> Iterator[NimbusDaemon]:
         yield daemon
     finally:
         daemon.stop(grace=5.0)
-
-
-def port_of(daemon: NimbusDaemon) -> int:
-    assert daemon.handler is not None
-    return daemon.handler.address[1]
 
 
 def client_of(daemon: NimbusDaemon) -> NimbusClient:

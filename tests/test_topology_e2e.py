@@ -14,7 +14,6 @@ import os
 import signal
 import sqlite3
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -23,28 +22,17 @@ import pytest
 from nimbus_thrift.client import NimbusClient
 from nimbus_thrift.nimbus.spark_launcher import session_members
 from spark_cluster import StandaloneCluster
+from test_examples import expected_counts
 from test_nimbus_daemon import DaemonProcess
 
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDCOUNT = ROOT / "examples" / "wordcount.py"
-SENTENCES = ("the cow jumped over the moon", "an apple a day keeps the doctor away",
-             "four score and seven years ago", "snow white and the seven dwarfs",
-             "i am at two with nature")
-SPOUT_TASKS = 2
 #: Generous: the first micro-batch of a fresh application takes 10-60 s on 2 busy cores.
 SPARK_TIMEOUT = 240.0
 #: Start-up flags that save the JVM about 2 s (C1 only, serial GC).
 FAST_JVM = {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
-
-
-def expected_counts(per_task: int) -> Counter[str]:
-    counts: Counter[str] = Counter()
-    for task in range(SPOUT_TASKS):
-        for offset in range(per_task):
-            counts.update(SENTENCES[(offset * 7 + task) % len(SENTENCES)].split())
-    return counts
 
 
 def wait_until(what: str, check: Callable[[], Any], timeout: float = SPARK_TIMEOUT,

@@ -8,13 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-SENTENCES = (
-    "the cow jumped over the moon",
-    "an apple a day keeps the doctor away",
-    "four score and seven years ago",
-    "snow white and the seven dwarfs",
-    "i am at two with nature",
-)
+# The example's own generator: both pipelines read exactly the same sentences
+# (examples/ is on the PYTHONPATH of every Spark Python process, see bench_topology).
+from wordcount import sentence_at
 
 
 def register(spark: Any) -> None:
@@ -47,9 +43,8 @@ def register(spark: Any) -> None:
             return [Part(int(t), start[t], end[t]) for t in sorted(start, key=int)]
 
         def read(self, partition: Part) -> Iterator[tuple[str]]:
-            n = len(SENTENCES)
             for offset in range(partition.start, partition.end):
-                yield (SENTENCES[(offset * 7 + partition.task) % n],)
+                yield (sentence_at(partition.task, offset),)
 
         def commit(self, end: dict[str, int]) -> None:
             pass
