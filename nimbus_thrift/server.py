@@ -33,6 +33,7 @@ from . import binary
 from .connection import SCRATCH_SIZE, Connection, Event, State
 from .dispatch import Dispatcher, Reply, Status
 from .errors import AppErrorCode, FrameSizeError, NotThriftError, OverloadedError
+from .fastio import poll, recv_into, send, sendmsg
 from .memory import MemoryBudget
 from .metrics import MetricsSnapshot, ServerState
 from .options import OptionError, ServerOptions
@@ -267,7 +268,7 @@ class Server:
                 timeout = max(0.0, next_sweep - time.monotonic())
             else:
                 timeout = -1
-            events = ep.poll(timeout, _MAX_EVENTS)
+            events = poll(ep, timeout, _MAX_EVENTS)
             wakeup.sleeping = False
             now = time.monotonic()
 
@@ -401,7 +402,7 @@ class Server:
         try:
             if conn.state is State.READING_HEADER:
                 limit = conn.header_read_limit()
-                n = sock.recv_into(self._scratch, limit)
+                n = recv_into(sock, self._scratch, limit)
                 if n == 0:
                     self._eof(conn)
                     return
@@ -431,7 +432,7 @@ class Server:
         sock: socket.socket = conn.sock  # type: ignore[assignment]
         while conn.state is State.READING_FRAME:
             try:
-                n = sock.recv_into(conn.frame_view())
+                n = recv_into(sock, conn.frame_view())
             except (BlockingIOError, InterruptedError):
                 return False
             if n == 0:
@@ -545,7 +546,7 @@ class Server:
         sock: socket.socket = conn.sock  # type: ignore[assignment]
         try:
             while conn.out:
-                sent = sock.sendmsg(conn.out[:_IOV_BATCH])
+                sent = sendmsg(sock, conn.out[:_IOV_BATCH])
                 conn.out = _unsent(conn.out, sent)
                 if conn.out:
                     return
@@ -619,7 +620,7 @@ class Server:
         sock: socket.socket = conn.sock  # type: ignore[assignment]
         try:
             while True:
-                n = sock.recv_into(self._scratch)
+                n = recv_into(sock, self._scratch)
                 if n == 0:
                     self._close(conn)
                     return
@@ -780,7 +781,7 @@ def _send_now(sock: Any, reply: Reply) -> list[Any]:
         if size < _JOIN_BELOW:
             data = binary.FRAME_HEADER.pack(size) + reply
             try:
-                sent = sock.send(data)
+                sent = send(sock, data)
             except (BlockingIOError, InterruptedError):
                 return [data]
             except OSError:
@@ -788,7 +789,7 @@ def _send_now(sock: Any, reply: Reply) -> list[Any]:
             return [] if sent == len(data) else [memoryview(data)[sent:]]
         buffers = [binary.FRAME_HEADER.pack(size), reply]
     try:
-        sent = sock.sendmsg(buffers)
+        sent = sendmsg(sock, buffers)
     except (BlockingIOError, InterruptedError):
         return buffers
     except OSError:

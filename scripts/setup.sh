@@ -8,16 +8,40 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 
 PYTHON="${PYTHON:-python3}"
+
+# The C accelerator (nimbus_thrift/_fastio.c) needs a compiler and Python's headers.
+# Without them the package still installs, on slower pure-Python socket calls, so
+# fetch them first where apt can (tests/test_fastio.py insists on the C module).
+has_headers() {
+  "$PYTHON" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'
+}
+if ! command -v gcc >/dev/null 2>&1 || ! has_headers; then
+  if command -v apt-get >/dev/null 2>&1; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "setup: installing gcc and python3-dev (to build the C accelerator)"
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      -o DPkg::Lock::Timeout=300 gcc python3-dev >/dev/null ||
+      echo "setup: could not install gcc/python3-dev; the pure-Python socket calls will be used" >&2
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $($PYTHON -V)"
   "$PYTHON" -m venv .venv
 fi
 stamp=.venv/.nimbus-setup-stamp
-if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ]; then
   echo "setup: installing nimbus-thrift and its test extras into .venv"
   .venv/bin/python -m pip install --quiet --upgrade pip
   .venv/bin/python -m pip install --quiet -e '.[test]'
   touch "$stamp"
+fi
+# An edited accelerator is rebuilt (the editable install builds it in place).
+so=$(ls nimbus_thrift/_fastio*.so 2>/dev/null | head -n 1 || true)
+if [ -z "$so" ] || [ nimbus_thrift/_fastio.c -nt "$so" ] || [ setup.py -nt "$so" ]; then
+  echo "setup: building the C accelerator"
+  .venv/bin/python -m pip install --quiet --no-deps -e .
 fi
 
 if [ -x scripts/install_interop.sh ]; then

@@ -1,0 +1,48 @@
+"""Nonblocking socket calls for the selector and the workers.
+
+The C versions (``_fastio.c``) keep the GIL around calls that cannot block, so a recv
+or a send on a nonblocking socket is not also a GIL hand-off to another thread (see
+the C file for the measurement). Without the compiled module -- no compiler at install
+time, or PyPy -- the same functions are the socket module's, and everything behaves
+the same, only slower under load.
+
+Each takes a socket (or a descriptor, for the C versions) and raises what the socket
+methods raise: BlockingIOError when the call would block, other OSErrors as errno says.
+"""
+
+from __future__ import annotations
+
+import select
+from typing import Any
+
+try:
+    from . import _fastio
+except ImportError:  # pragma: no cover - exercised only where the C module is absent
+    _fastio = None  # type: ignore[assignment]
+
+ACCELERATED = _fastio is not None
+
+if _fastio is not None:
+    recv_into = _fastio.recv_into
+    send = _fastio.send
+    sendmsg = _fastio.sendmsg
+    _epoll_wait = _fastio.epoll_wait
+
+    def poll(ep: select.epoll, timeout: float = -1.0, maxevents: int = -1
+             ) -> list[tuple[int, int]]:
+        """``ep.poll(timeout, maxevents)``, keeping the GIL when ``timeout`` is 0."""
+        return _epoll_wait(ep.fileno(), timeout, maxevents)
+
+else:  # pragma: no cover - exercised only where the C module is absent
+    def recv_into(sock: Any, buffer: Any, nbytes: int = 0, /) -> int:
+        return sock.recv_into(buffer, nbytes)
+
+    def send(sock: Any, data: Any, /) -> int:
+        return sock.send(data)
+
+    def sendmsg(sock: Any, buffers: Any, /) -> int:
+        return sock.sendmsg(buffers)
+
+    def poll(ep: select.epoll, timeout: float = -1.0, maxevents: int = -1
+             ) -> list[tuple[int, int]]:
+        return ep.poll(timeout, maxevents)

@@ -1,0 +1,12 @@
+"""Only the C accelerator lives here; the metadata is in setup.cfg.
+
+``optional=True``: without a C compiler or Python's headers the package still installs
+and runs on the pure-Python socket calls (nimbus_thrift/fastio.py says which is in
+use); scripts/setup.sh installs both, so the project's own machines always build it.
+"""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("nimbus_thrift._fastio", ["nimbus_thrift/_fastio.c"],
+                             extra_compile_args=["-O2", "-Wall", "-Wextra"],
+                             optional=True)])
