@@ -21,6 +21,8 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <stdint.h>
+#include <unistd.h>
 
 /* Transfers at least this large release the GIL: the copy then costs more than the
  * hand-off. */
@@ -205,9 +207,21 @@ done:
 }
 
 PyDoc_STRVAR(epoll_wait_doc,
-"epoll_wait(epfd, timeout=-1.0, maxevents=-1) -> list[tuple[int, int]]\n\n"
+"epoll_wait(epfd, timeout=-1.0, maxevents=-1, wake_fd=-1) -> list[tuple[int, int]]\n\n"
 "Like select.epoll.poll on the epoll descriptor epfd. A zero timeout keeps the GIL\n"
-"(the call cannot wait); any other releases it.");
+"(the call cannot wait); any other releases it. wake_fd, if not -1, is an eventfd\n"
+"to add 1 to first, once the GIL is released: the thread it wakes can run at once.");
+
+static int
+write_eventfd(int fd)
+{
+    uint64_t one = 1;
+    ssize_t n;
+    do {
+        n = write(fd, &one, sizeof one);
+    } while (n < 0 && errno == EINTR);
+    return n == (ssize_t)sizeof one ? 0 : -1;
+}
 
 static PyObject *
 fastio_epoll_wait(PyObject *self, PyObject *args)
@@ -215,7 +229,8 @@ fastio_epoll_wait(PyObject *self, PyObject *args)
     int epfd;
     double timeout = -1.0;
     int maxevents = -1;
-    if (!PyArg_ParseTuple(args, "i|di:epoll_wait", &epfd, &timeout, &maxevents))
+    int wake_fd = -1;
+    if (!PyArg_ParseTuple(args, "i|dii:epoll_wait", &epfd, &timeout, &maxevents, &wake_fd))
         return NULL;
     int ms;
     if (timeout < 0)
@@ -227,16 +242,27 @@ fastio_epoll_wait(PyObject *self, PyObject *args)
     if (maxevents <= 0 || maxevents > MAX_EVENTS)
         maxevents = MAX_EVENTS;
     struct epoll_event events[MAX_EVENTS];
-    int n, err;
+    int n, err, wake_err = 0;
     for (;;) {
         if (ms == 0) {
+            if (wake_fd >= 0 && write_eventfd(wake_fd) < 0)
+                wake_err = errno;
+            wake_fd = -1;
             n = epoll_wait(epfd, events, maxevents, 0);
             err = errno;
         } else {
             Py_BEGIN_ALLOW_THREADS
+            if (wake_fd >= 0 && write_eventfd(wake_fd) < 0)
+                wake_err = errno;
+            wake_fd = -1;
             n = epoll_wait(epfd, events, maxevents, ms);
             err = errno;
             Py_END_ALLOW_THREADS
+        }
+        if (wake_err) {
+            /* The worker would sleep through its tasks: fail loudly instead. */
+            errno = wake_err;
+            return PyErr_SetFromErrno(PyExc_OSError);
         }
         if (n >= 0 || err != EINTR)
             break;

@@ -12,6 +12,7 @@ methods raise: BlockingIOError when the call would block, other OSErrors as errn
 
 from __future__ import annotations
 
+import os
 import select
 from typing import Any
 
@@ -28,10 +29,12 @@ if _fastio is not None:
     sendmsg = _fastio.sendmsg
     _epoll_wait = _fastio.epoll_wait
 
-    def poll(ep: select.epoll, timeout: float = -1.0, maxevents: int = -1
-             ) -> list[tuple[int, int]]:
-        """``ep.poll(timeout, maxevents)``, keeping the GIL when ``timeout`` is 0."""
-        return _epoll_wait(ep.fileno(), timeout, maxevents)
+    def poll(ep: select.epoll, timeout: float = -1.0, maxevents: int = -1,
+             wake_fd: int = -1) -> list[tuple[int, int]]:
+        """``ep.poll(timeout, maxevents)``, keeping the GIL when ``timeout`` is 0.
+        ``wake_fd``: an eventfd to add 1 to first, once the GIL is released (so the
+        thread it wakes does not wake only to wait for the GIL)."""
+        return _epoll_wait(ep.fileno(), timeout, maxevents, wake_fd)
 
 else:  # pragma: no cover - exercised only where the C module is absent
     def recv_into(sock: Any, buffer: Any, nbytes: int = 0, /) -> int:
@@ -43,6 +46,8 @@ else:  # pragma: no cover - exercised only where the C module is absent
     def sendmsg(sock: Any, buffers: Any, /) -> int:
         return sock.sendmsg(buffers)
 
-    def poll(ep: select.epoll, timeout: float = -1.0, maxevents: int = -1
-             ) -> list[tuple[int, int]]:
+    def poll(ep: select.epoll, timeout: float = -1.0, maxevents: int = -1,
+             wake_fd: int = -1) -> list[tuple[int, int]]:
+        if wake_fd >= 0:
+            os.eventfd_write(wake_fd, 1)
         return ep.poll(timeout, maxevents)

@@ -268,7 +268,9 @@ class Server:
                 timeout = max(0.0, next_sweep - time.monotonic())
             else:
                 timeout = -1
-            events = poll(ep, timeout, _MAX_EVENTS)
+            # The wake-up for the tasks submitted last pass goes out inside poll, after
+            # the GIL is released (see workers.py).
+            events = poll(ep, timeout, _MAX_EVENTS, pool.claim_wake())
             wakeup.sleeping = False
             now = time.monotonic()
 
@@ -496,11 +498,11 @@ class Server:
         state = self._state
         if len(tasks) <= room:
             state.requests_submitted += len(tasks)
-            pool.submit_many(tasks)
+            pool.submit_many(tasks, wake=False)   # woken by the next poll
             return
         if room > 0:
             state.requests_submitted += room
-            pool.submit_many(tasks[:room])
+            pool.submit_many(tasks[:room], wake=False)
         for conn, frame in tasks[max(room, 0):]:
             self._overloaded(conn, frame, now, batch)
 

@@ -6,12 +6,18 @@ The selector submits a pass's worth of requests at once and wakes at most one sl
 worker. A worker that takes a task while more are queued wakes one more before it
 starts, so a slow handler never holds up the queue behind it, yet a burst of fast calls
 is usually drained by one thread without a context switch per call (on one core every
-needless wake-up is a GIL hand-off). Results go to ``on_done``, which queues them for
-the selector; workers never touch sockets.
+needless wake-up is a GIL hand-off).
+
+A sleeping worker waits on an eventfd of its own (LIFO, so the warmest thread runs).
+The selector may defer the wake-up (``submit_many(..., wake=False)`` then
+:meth:`claim_wake`) and write the eventfd itself right after it releases the GIL to wait
+in epoll: woken earlier, the worker would be scheduled only to block on the GIL the
+selector still holds, two context switches for nothing.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -36,7 +42,7 @@ class WorkerPool:
         self._run = run
         self._tasks: deque[Task] = deque()
         self._mutex = threading.Lock()
-        self._idle: list[threading.Lock] = []   # parked workers' locks, LIFO (warm caches)
+        self._idle: list[int] = []             # parked workers' eventfds, LIFO (warm caches)
         self._waking = 0                        # woken but not yet running a task
         self._stopping = False
         self._threads = [threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True)
@@ -53,45 +59,56 @@ class WorkerPool:
         """How many more tasks the queue accepts now."""
         return self.queue_size - len(self._tasks)
 
-    def submit_many(self, tasks: Iterable[Task]) -> None:
-        """Queue tasks (the caller checked :meth:`room`) and wake one worker if needed."""
+    def submit_many(self, tasks: Iterable[Task], wake: bool = True) -> None:
+        """Queue tasks (the caller checked :meth:`room`) and wake one worker if needed.
+        With ``wake=False`` the caller must call :meth:`claim_wake` soon and write the
+        descriptor it returns."""
         self._tasks.extend(tasks)
-        self._wake_one()
+        if wake:
+            self._wake_one()
 
-    def _wake_one(self) -> None:
+    def claim_wake(self) -> int:
+        """The eventfd of a sleeping worker to wake for the queued tasks (the caller
+        writes it, see :func:`wake_fd`), or -1 when none is needed."""
         with self._mutex:
             if self._waking or not self._idle or not self._tasks:
-                return
+                return -1
             self._waking += 1
-            lock = self._idle.pop()
-        lock.release()
+            return self._idle.pop()
+
+    def _wake_one(self) -> None:
+        fd = self.claim_wake()
+        if fd >= 0:
+            wake_fd(fd)
 
     def _loop(self) -> None:
-        me = threading.Lock()
-        me.acquire()
+        me = os.eventfd(0, os.EFD_CLOEXEC)
         tasks = self._tasks
-        while True:
-            try:
-                task = tasks.popleft()
-            except IndexError:
-                with self._mutex:
-                    if self._stopping:
-                        return
-                    if tasks:
-                        continue
-                    self._idle.append(me)
-                me.acquire()            # sleep until _wake_one or stop releases us
-                with self._mutex:
-                    self._waking -= 1
-                    if self._stopping and not tasks:
-                        return
-                continue
-            if tasks and self._idle:
-                self._wake_one()
-            try:
-                self._run(task)
-            except BaseException:  # noqa: BLE001 - a worker must survive anything
-                log.exception("worker_task_crashed")
+        try:
+            while True:
+                try:
+                    task = tasks.popleft()
+                except IndexError:
+                    with self._mutex:
+                        if self._stopping:
+                            return
+                        if tasks:
+                            continue
+                        self._idle.append(me)
+                    os.eventfd_read(me)     # sleep until a wake-up or stop writes it
+                    with self._mutex:
+                        self._waking -= 1
+                        if self._stopping and not tasks:
+                            return
+                    continue
+                if tasks and self._idle:
+                    self._wake_one()
+                try:
+                    self._run(task)
+                except BaseException:  # noqa: BLE001 - a worker must survive anything
+                    log.exception("worker_task_crashed")
+        finally:
+            os.close(me)
 
     def discard_queued(self) -> list[Task]:
         """Take every task no worker has started (at stop, past the grace period)."""
@@ -109,9 +126,15 @@ class WorkerPool:
             self._stopping = True
             idle, self._idle = self._idle, []
             self._waking += len(idle)
-        for lock in idle:
-            lock.release()
+            # Written under the mutex: a worker closes its eventfd only after taking it.
+            for fd in idle:
+                wake_fd(fd)
         end = None if timeout is None else time.monotonic() + timeout
         for thread in self._threads:
             thread.join(None if end is None else max(0.0, end - time.monotonic()))
         return sum(thread.is_alive() for thread in self._threads)
+
+
+def wake_fd(fd: int) -> None:
+    """Wake the worker sleeping on eventfd ``fd`` (from :meth:`WorkerPool.claim_wake`)."""
+    os.eventfd_write(fd, 1)

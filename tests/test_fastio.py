@@ -192,3 +192,28 @@ def test_poll_on_a_closed_epoll_raises(io):
     ep.close()
     with pytest.raises((OSError, ValueError)):
         io.poll(ep, 0)
+
+
+@pytest.mark.parametrize("timeout", [0, 0.01])
+def test_poll_adds_one_to_the_wake_eventfd(io, timeout):
+    import os
+    ep = select.epoll()
+    fd = os.eventfd(0, os.EFD_NONBLOCK)
+    try:
+        assert io.poll(ep, timeout, 4, fd) == []
+        assert os.eventfd_read(fd) == 1
+        assert io.poll(ep, 0, 4) == []           # -1: nothing written
+        with pytest.raises(BlockingIOError):
+            os.eventfd_read(fd)
+    finally:
+        os.close(fd)
+        ep.close()
+
+
+def test_c_poll_with_a_bad_wake_fd_raises():
+    ep = select.epoll()
+    try:
+        with pytest.raises(OSError):
+            accelerated.poll(ep, 0, 4, 987654)
+    finally:
+        ep.close()

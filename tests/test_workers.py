@@ -198,3 +198,48 @@ def test_stop_timeout_with_a_task_that_never_ends(pools: list[WorkerPool]) -> No
         assert run.done.is_set()   # the free worker still drained the queue
     finally:
         release.set()
+
+
+def _wait_for_idle(pool: WorkerPool, count: int) -> None:
+    """Until ``count`` workers are parked (threads start asynchronously)."""
+    deadline = time.monotonic() + WAIT
+    while len(pool._idle) < count:
+        assert time.monotonic() < deadline, "workers never parked"
+        time.sleep(0.001)
+
+
+def test_deferred_wake_runs_nothing_until_the_claimed_fd_is_written(
+        pools: list[WorkerPool]) -> None:
+    from nimbus_thrift.workers import wake_fd
+    run = Recorder(expected=3)
+    pool = WorkerPool(2, 100, run)
+    pools.append(pool)
+    _wait_for_idle(pool, 2)
+    assert pool.claim_wake() == -1              # nothing queued: nobody to wake
+    pool.submit_many([("t", 1), ("t", 2), ("t", 3)], wake=False)
+    assert not run.done.wait(0.2)               # queued, and every worker still asleep
+    assert pool.depth == 3
+    fd = pool.claim_wake()
+    assert fd >= 0
+    assert pool.claim_wake() == -1              # one wake-up is on its way already
+    wake_fd(fd)
+    assert run.done.wait(WAIT)
+    assert pool.depth == 0
+
+
+def test_fastio_poll_writes_the_wake_fd_before_waiting(pools: list[WorkerPool]) -> None:
+    # The selector's way of waking a worker: inside the poll that releases the GIL.
+    import select
+
+    from nimbus_thrift import fastio
+    run = Recorder(expected=1)
+    pool = WorkerPool(1, 10, run)
+    pools.append(pool)
+    _wait_for_idle(pool, 1)
+    pool.submit_many([("t", 1)], wake=False)
+    ep = select.epoll()
+    try:
+        assert fastio.poll(ep, 0.05, 8, pool.claim_wake()) == []
+    finally:
+        ep.close()
+    assert run.done.wait(WAIT)
