@@ -10,10 +10,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from nimbus_thrift.runner.local import RunFailed, run_bounded, spec_of
 from nimbus_thrift.runner.rundir import RunDir, RunState
+from nimbus_thrift.topology import Bolt, Grouping, StatefulBolt, Topology
 from spark_support import (TESTS_DIR, processes_in_group, spark,  # noqa: F401
                            spark_env, spark_submit_command)
 from topologies import numbers, wordcount
@@ -34,6 +37,71 @@ def test_wordcount_counts_exactly(spark, tmp_path):
     assert (figures["sentences"].emitted, figures["split"].processed) == (1000, 1000)
     assert (figures["split"].emitted, figures["count"].processed) == (words, words)
     assert figures["count"].emitted == words      # CountBolt emits per word
+
+
+class ColumnSplitBolt(Bolt):
+    """Splits a sentence into a column of words (mapInArrow)."""
+
+    outputs = {"word": str}
+
+    def process(self, tup):
+        self.emit_columns({"word": tup.sentence.split()})
+
+
+class ColumnCountBolt(StatefulBolt):
+    """The running counts of a key's words as a DataFrame (applyInPandasWithState)."""
+
+    outputs = {"word": str, "count": int}
+
+    def initial_state(self, key):
+        return 0
+
+    def process_key(self, tuples, state):
+        first, n = state.value, len(tuples)
+        state.value = first + n
+        return pd.DataFrame({"word": [state.key[0]] * n,
+                             "count": np.arange(first + 1, first + n + 1)})
+
+
+class LatestCountBolt(Bolt):
+    """The latest count of each word it saw in a batch, as columns at its end
+    (foreachBatch, downstream of the stateful bolt)."""
+
+    outputs = {"word": str, "count": int}
+
+    def initialize(self, conf, context):
+        self.latest = {}
+
+    def process(self, tup):
+        if tup.count > self.latest.get(tup.word, 0):
+            self.latest[tup.word] = tup.count
+
+    def end_batch(self, batch_id):
+        self.emit_columns({"word": list(self.latest),
+                           "count": np.fromiter(self.latest.values(), np.int64)})
+
+
+class ColumnWordCount(Topology):
+    sentences = wordcount.SentenceSpout.spec(par=2)
+    split = ColumnSplitBolt.spec(inputs={sentences: Grouping.shuffle}, par=2)
+    count = ColumnCountBolt.spec(inputs={split: Grouping.fields("word")}, par=2)
+    latest = LatestCountBolt.spec(inputs={count: Grouping.fields("word")}, par=2)
+
+
+def test_columns_from_every_kind_of_bolt_count_exactly(spark, tmp_path):
+    result = run_bounded(ColumnWordCount, spark, tmp_path,
+                         conf={"sentences": 1000, "topology.max.spout.pending": 300})
+    assert result.batches == 2
+    expected = wordcount.expected_counts(1000)
+    latest = result.tuples("latest")
+    assert wordcount.final_counts(latest) == expected
+    # One row per word and batch it occurs in; every word is in both batches.
+    assert len(latest) == 2 * len(expected)
+    words = sum(expected.values())
+    figures = result.figures
+    assert (figures["split"].processed, figures["split"].emitted) == (1000, words)
+    assert (figures["count"].processed, figures["count"].emitted) == (words, words)
+    assert (figures["latest"].processed, figures["latest"].emitted) == (words, len(latest))
 
 
 def test_a_second_run_continues_from_the_checkpoint(spark, tmp_path):

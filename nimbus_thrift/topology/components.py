@@ -11,9 +11,11 @@ contract differs from Storm's in the places where micro-batches replace per-tupl
   range is done for good (Storm's ack, per batch).
 - A **bolt** gets each tuple through :meth:`Bolt.process` and returns (or yields) the
   tuples it emits on its default stream; :meth:`Component.emit` emits on any declared
-  stream. A bolt instance lives for one partition of one micro-batch at a time (Spark
-  reuses Python workers, not tasks), so anything that must outlive a batch belongs in
-  keyed state: :class:`StatefulBolt`.
+  stream, and :meth:`Component.emit_columns` emits many tuples at once as columns
+  (numpy arrays, lists, pyarrow Arrays or a pandas DataFrame). A bolt instance lives
+  for one partition of one micro-batch at a time (Spark reuses Python workers, not
+  tasks), so anything that must outlive a batch belongs in keyed state:
+  :class:`StatefulBolt`.
 - A **stateful bolt** keeps one value per key (the fields of its fields grouping) in
   Spark's checkpointed state store; it survives restarts and replays exactly once.
 
@@ -31,6 +33,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Sequence
 from .streams import DEFAULT_STREAM, StreamDecl, declare_streams
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from .topology import ComponentSpec
 
 
@@ -73,8 +77,9 @@ class Component:
 
     #: Filled in by the runner before :meth:`initialize`.
     context: Context
-    #: Emitted by :meth:`emit` and drained by the runner after each call.
-    _emitted: list[tuple[str, tuple[Any, ...]]]
+    #: Emitted by :meth:`emit` (a tuple) and :meth:`emit_columns` (an
+    #: :class:`EmittedColumns`), in order; drained by the runner after each call.
+    _emitted: list[tuple[str, Any]]
 
     @classmethod
     def streams(cls) -> dict[str, StreamDecl]:
@@ -103,6 +108,50 @@ class Component:
         """Emit ``values`` on ``stream`` (for bolts, in addition to what
         :meth:`Bolt.process` returns)."""
         self._emitted.append((stream, tuple(values)))
+
+    def emit_columns(self, columns: "Mapping[str, Any] | pd.DataFrame",
+                     stream: str = DEFAULT_STREAM) -> None:
+        """Emit many tuples on ``stream`` at once, as columns: no Python object per tuple.
+
+        ``emit_columns({"word": words, "count": np.arange(1, n + 1)})`` emits the same
+        tuples as ``emit((words[i], i + 1))`` for each ``i``, in that order, after what
+        earlier :meth:`emit` calls emitted. Usable from any method that may emit
+        (``process``, ``process_key``, ``end_batch``, a spout's ``read``).
+
+        Args:
+            columns: a pandas DataFrame (its index is ignored) or a mapping of field
+                name to column. A column is a list, a one-dimensional numpy array, a
+                pyarrow Array (or ChunkedArray) or a pandas Series. The fields must be
+                exactly the stream's declared fields, and all columns of one length
+                (the number of tuples emitted). ``None`` is null, as in tuples.
+            stream: a declared stream.
+
+        Values are checked against the declared types as tuples are. A numpy array
+        of a matching dtype is checked by its dtype alone and passes without a
+        per-value conversion (at most one cast of the whole array): signed or
+        unsigned ints for ``int`` (``int64`` as it is), ints or floats for
+        ``float``, bools for ``bool``, ``str_``/``bytes_`` arrays for
+        ``str``/``bytes``; bools are no numbers, as in tuples. An Arrow array is
+        checked by its type the same way. Lists and object arrays are checked value
+        by value, in C. ``object`` fields are pickled value by value, as in tuples.
+        For one tuple, :meth:`emit` is cheaper.
+
+        The columns are read after the method returns (for :meth:`Bolt.process`, at
+        the end of the input batch), so do not change them after emitting. Wrong
+        fields, lengths or types fail the topology with an error naming the
+        component, the stream and the field (``UserCodeError``).
+        """
+        self._emitted.append((stream, EmittedColumns(columns)))
+
+
+class EmittedColumns:
+    """What :meth:`Component.emit_columns` was given, told apart from an emitted tuple
+    by its type (the runner checks and converts it)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: Any):
+        self.data = data
 
 
 class Spout(Component):
@@ -139,7 +188,8 @@ class Bolt(Component):
         """Handle one input tuple; return or yield the default stream's tuples.
 
         ``tup`` is a named tuple of its stream's fields (``tup.word`` or ``tup[0]``),
-        with ``tup.component`` and ``tup.stream`` saying where it came from.
+        with ``tup.component`` and ``tup.stream`` saying where it came from. Tuples
+        only: to emit columns, call :meth:`emit_columns`.
         """
         raise NotImplementedError(f"{type(self).__name__} must define process()")
 
@@ -186,7 +236,7 @@ class StatefulBolt(Bolt):
         raise NotImplementedError(f"{type(self).__name__} must define process()")
 
     def process_key(self, tuples: Sequence[Any], state: KeyState
-                    ) -> Iterable[Sequence[Any]] | None:
+                    ) -> "Iterable[Sequence[Any]] | Mapping[str, Any] | pd.DataFrame | None":
         """Handle all tuples of ``state.key`` in this micro-batch (in arrival order).
 
         The default calls :meth:`process` for each. Override it to handle them at once
@@ -194,6 +244,20 @@ class StatefulBolt(Bolt):
         tuple, which is what makes a counting bolt as fast as hand-written Spark code.
         After a ``state.remove()``, the next tuple starts from :meth:`initial_state`;
         the state is dropped if ``state.removed`` is still set at the end.
+
+        Return the default stream's tuples, or its **columns**: a pandas DataFrame or
+        a mapping of field name to list, numpy array, pyarrow Array or pandas Series,
+        as :meth:`Component.emit_columns` takes them. Columns make no Python object per
+        tuple, so a key with many tuples costs little more than one with a few::
+
+            def process_key(self, tuples, state):
+                first, n = state.value, len(tuples)
+                state.value += n
+                return {"word": [state.key[0]] * n,
+                        "count": np.arange(first + 1, first + n + 1)}
+
+        ``len(tuples)`` and ``state.key`` do not make the tuples; reading one
+        (``tuples[0]``) makes all of them.
         """
         emitted: list[Sequence[Any]] = []
         extend, process = emitted.extend, self.process
