@@ -1,4 +1,5 @@
-"""Only the C accelerator lives here; the metadata is in setup.cfg.
+"""Only the C accelerators live here (_fastio: socket calls, _wire: decoding); the
+metadata is in setup.cfg.
 
 ``optional=True``: without a C compiler or Python's headers the package still installs
 and runs on the pure-Python socket calls (nimbus_thrift/fastio.py says which is in
@@ -7,6 +8,11 @@ use); scripts/setup.sh installs both, so the project's own machines always build
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("nimbus_thrift._fastio", ["nimbus_thrift/_fastio.c"],
-                             extra_compile_args=["-O2", "-Wall", "-Wextra"],
-                             optional=True)])
+_FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
+
+setup(ext_modules=[
+    Extension("nimbus_thrift._fastio", ["nimbus_thrift/_fastio.c"], extra_compile_args=_FLAGS,
+              optional=True),
+    Extension("nimbus_thrift._wire", ["nimbus_thrift/_wire.c"], extra_compile_args=_FLAGS,
+              optional=True),
+])

@@ -37,6 +37,11 @@ except ImportError:  # pragma: no cover - exercised only without the C extension
     from thriftpy2.transport import memory as _memory
     _Protocol, _Buffer = _pybinary.TBinaryProtocol, _memory.TMemoryBuffer
 
+try:  # The C fast path of the decoder (_wire.c); this module keeps every error.
+    from . import _wire
+except ImportError:  # pragma: no cover - exercised only without the C extension
+    _wire = None  # type: ignore[assignment]
+
 CALL, REPLY, EXCEPTION, ONEWAY = 1, 2, 3, 4
 
 VERSION_MASK = 0xFFFF0000
@@ -82,6 +87,18 @@ def read_message_header(buf: bytes | bytearray | memoryview, strict_read: bool =
         BadVersionError: neither header form (or old form while ``strict_read``).
         DecodeError: the header is truncated or its name is not UTF-8.
     """
+    if _wire is not None:
+        fast = _wire.read_message_header(buf, strict_read)
+        if fast is not None:
+            return _new_header(MessageHeader, fast)
+    return _read_message_header(buf, strict_read)
+
+
+_new_header = tuple.__new__
+
+
+def _read_message_header(buf: bytes | bytearray | memoryview, strict_read: bool
+                         ) -> MessageHeader:
     size = len(buf)
     if size < 4:
         raise DecodeError(f"message header truncated: frame has {size} bytes")
@@ -392,7 +409,61 @@ def struct_reader(cls: type) -> Callable[[Any, int, int], tuple[Any, int]]:
     """``read(buf, pos, end) -> (obj, end_pos)`` for thriftpy2 class ``cls``, resolved
     once (the dispatcher keeps one per method); same errors as :func:`decode_struct`."""
     read = _struct_reader(cls)
-    return lambda buf, pos, end: read(buf, pos, end, 0)
+    plan = c_plan(cls)
+    if plan is None:
+        return lambda buf, pos, end: read(buf, pos, end, 0)
+    decode = _wire.decode_struct
+
+    def read_fast(buf: Any, pos: int, end: int) -> tuple[Any, int]:
+        # C walks the frame; on any problem it returns None and the Python reader,
+        # which has the error messages, decodes again and raises.
+        result = decode(plan, buf, pos, end)
+        return read(buf, pos, end, 0) if result is None else result
+    return read_fast
+
+
+#: _wire.c's kind codes, in its enum's order.
+_C_KINDS = {TType.BOOL: 0, TType.BYTE: 1, TType.I16: 2, TType.I32: 3, TType.I64: 4,
+            TType.DOUBLE: 5, TType.STRING: 6, _BINARY: 7, TType.STRUCT: 8,
+            TType.LIST: 9, TType.SET: 10, TType.MAP: 11}
+
+
+def c_plan(cls: type, _plans: dict[type, Any] | None = None) -> list[Any] | None:
+    """The plan _wire.c decodes ``cls`` with (its layout is described there), or None
+    without the C module or for a spec it does not know (then Python decodes)."""
+    if _wire is None:
+        return None
+    plans: dict[type, Any] = {} if _plans is None else _plans
+    if cls in plans:
+        return plans[cls]                        # recursive structs share one plan
+    fields: dict[int, tuple[str, int, Any]] = {}
+    plan = [cls, fields]
+    plans[cls] = plan
+    try:
+        for fid, entry in cls.thrift_spec.items():  # type: ignore[attr-defined]
+            ttype, name = entry[0], entry[1]
+            kind, sub = _c_element(ttype, entry[2] if len(entry) > 3 else None, plans)
+            fields[fid * 256 + _wire_type(ttype)] = (name, kind, sub)
+    except (KeyError, TypeError, AttributeError):
+        return None
+    return plan
+
+
+def _c_element(ttype: int, spec: Any, plans: dict[type, Any]) -> tuple[int, Any]:
+    kind = _C_KINDS[ttype]
+    if ttype == TType.STRUCT:
+        sub = c_plan(spec, plans)
+        if sub is None:
+            raise TypeError(f"no plan for {spec!r}")
+        return kind, sub
+    if ttype in (TType.LIST, TType.SET):
+        etype, espec = _split_spec(spec)
+        return kind, (*_c_element(etype, espec, plans), _wire_type(etype))
+    if ttype == TType.MAP:
+        (ktype, kspec), (vtype, vspec) = _split_spec(spec[0]), _split_spec(spec[1])
+        return kind, ((*_c_element(ktype, kspec, plans), _wire_type(ktype)),
+                      (*_c_element(vtype, vspec, plans), _wire_type(vtype)))
+    return kind, None
 
 
 def decode_struct(cls: type, buf: bytes | bytearray, pos: int = 0,
@@ -405,7 +476,7 @@ def decode_struct(cls: type, buf: bytes | bytearray, pos: int = 0,
         DecodeError: truncated data, a length or count that does not fit the frame,
             nesting deeper than :data:`MAX_DEPTH`, invalid UTF-8 in a ``string``.
     """
-    return _struct_reader(cls)(buf, pos, len(buf) if end is None else end, 0)
+    return struct_reader(cls)(buf, pos, len(buf) if end is None else end)
 
 
 # --------------------------------------------------------------------------- encoding
@@ -464,3 +535,6 @@ def encode_application_exception(name: str, seqid: int, message: str, code: int)
     """An EXCEPTION message carrying ``TApplicationException(code, message)``."""
     return encode_message(name, EXCEPTION, seqid,
                           TApplicationException(type=int(code), message=message))
+
+
+assert _wire is None or _wire.MAX_DEPTH == MAX_DEPTH

@@ -587,3 +587,133 @@ def test_encode_application_exception_hex() -> None:
 def test_frame_header() -> None:
     assert binary.frame_header(5) == b"\x00\x00\x00\x05"
     assert binary.frame_header(16_384_000).hex() == "00fa0000"
+
+
+# --------------------------------------------------------------------------- C fast path
+#
+# binary.py decodes with _wire.c first and again in Python when C says None. These
+# tests hold the two to the same answers directly, so a C decoder that silently falls
+# back (slow) or accepts what Python refuses (wrong) fails here.
+
+def _python(cls: type, data: bytes | bytearray, pos: int = 0, end: int | None = None):
+    """The Python decoder's outcome: (repr of the value, end) or DecodeError. Compared
+    as reprs so that a NaN equals itself."""
+    try:
+        value, stop = binary._struct_reader(cls)(data, pos, len(data) if end is None else end, 0)
+    except DecodeError:
+        return DecodeError
+    return repr(value), stop
+
+
+def _c(cls: type, data: bytes | bytearray, pos: int = 0, end: int | None = None):
+    plan = binary.c_plan(cls)
+    assert plan is not None, f"no C plan for {cls.__name__}"
+    result = binary._wire.decode_struct(plan, data, pos, len(data) if end is None else end)
+    if result is None:
+        return DecodeError
+    assert type(result[0]) is cls
+    return repr(result[0]), result[1]
+
+
+def test_the_c_decoder_is_built() -> None:
+    assert binary._wire is not None, "nimbus_thrift._wire was not built: run scripts/setup.sh"
+
+
+def test_c_decodes_every_type_and_case_as_python_does(t: ModuleType) -> None:
+    cases = [(t.All, h(ALL_HEX))] + [(type(o), encode_cy(o)) for o in _round_trip_cases(t)]
+    for cls, data in cases:
+        c = _c(cls, data)
+        assert c is not DecodeError, f"C refused a valid {cls.__name__}"
+        assert c == _python(cls, data)
+
+
+def test_c_honours_pos_and_end(t: ModuleType) -> None:
+    body = h("08 0001 00000005  08 0002 00000006  00")
+    data = b"HEADER" + body + b"trailing"
+    assert _c(t.Pair, data, 6, 6 + len(body)) == (repr(t.Pair(a=5, b=6)), 6 + len(body))
+    assert _c(t.Pair, data, 6, 6 + len(body) - 1) is DecodeError
+    assert _c(t.Pair, data, 6, len(data) + 1) is DecodeError     # end beyond the buffer
+
+
+def test_c_and_python_agree_on_every_truncation_and_flipped_byte(t: ModuleType) -> None:
+    data = bytearray(encode_cy(all_expected(t)))
+    for cut in range(len(data)):
+        assert _c(t.All, data, 0, cut) is DecodeError
+    checked = 0
+    for i in range(len(data)):
+        original = data[i]
+        for value in (0x00, 0x01, 0x02, 0x0b, 0x0c, 0x7F, 0x80, 0xFF):
+            data[i] = value
+            assert _c(t.All, data) == _python(t.All, data), f"byte {i} = {value:#x}"
+            checked += 1
+        data[i] = original
+    assert checked == 8 * len(data)
+
+
+def test_c_and_python_agree_on_random_frames(t: ModuleType) -> None:
+    # Seeded fuzz: valid encodings with random bytes spliced in, and random noise.
+    import random
+    rng = random.Random(20261121)
+    seeds = [encode_cy(o) for o in _round_trip_cases(t)]
+    agreed_valid = 0
+    for _ in range(3000):
+        data = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 4)):
+            i = rng.randrange(len(data) + 1)
+            data[i:i + rng.randint(0, 3)] = bytes(rng.randrange(256)
+                                                  for _ in range(rng.randint(0, 3)))
+        for cls in (t.All, t.Node, t.Pair, t.IntMap, t.ListSet):
+            python = _python(cls, data)
+            assert _c(cls, data) == python
+            agreed_valid += python is not DecodeError
+    assert agreed_valid > 100        # the fuzz also reaches inputs that decode
+
+
+def test_c_refuses_what_python_refuses(t: ModuleType) -> None:
+    hostile = [
+        (t.Str, h("0b 0001 7fffffff 00")),                  # 2 GiB string in 8 bytes
+        (t.Ints, h("0f 0001 08 7fffffff 00")),               # 2**31 elements
+        (t.Ints, h("0f 0001 08 ffffffff 00")),               # negative count
+        (t.IntMap, h("0d 0001 08 08 80000000 00")),
+        (t.Str, h("0b 0001 00000002 c328 00")),             # invalid UTF-8
+        (t.Pair, h("08 0001 00000005")),                     # no STOP
+        (t.Ints, h("0f 0001 0b 00000001 00000000 00")),      # list<string> for list<i32>
+        (t.ListKeyMap, h("0d 0001 0f 08 00000001 08 00000001 00000005 00000009 00")),
+        (t.ListSet, h("0e 0001 0f 00000001 08 00000001 00000005 00")),
+        (t.Pair, h("07 0009 00")),                           # unknown wire type 7
+    ]
+    for cls, data in hostile:
+        assert _python(cls, data) is DecodeError, data.hex()
+        assert _c(cls, data) is DecodeError, data.hex()
+
+
+def test_c_nesting_limit_matches(t: ModuleType) -> None:
+    def nested(levels: int) -> bytes:
+        return h("0c 0001") * levels + h("00") * (levels + 1)
+    assert _c(t.Node, nested(MAX_DEPTH - 1)) == _python(t.Node, nested(MAX_DEPTH - 1))
+    assert _c(t.Node, nested(MAX_DEPTH - 1)) is not DecodeError
+    assert _c(t.Node, nested(MAX_DEPTH)) is DecodeError
+    assert _python(t.Node, nested(MAX_DEPTH)) is DecodeError
+    assert _c(t.Node, nested(100_000)) is DecodeError     # no C stack overflow either
+
+
+@pytest.mark.parametrize("wire", [
+    "80010001 00000004 6563686f 0000002a", "80010004 00000006 6e6f74696679 ffffffff",
+    "80010002 00000000 7fffffff", "80010001 00000002 c3a9 00000001",
+    "00000004 6563686f 01 0000002a", "00000000 04 00000009",
+    "80020001 00000004 6563686f 0000002a",     # bad version
+    "80010001 00000004 6563686f 0000",         # truncated seqid
+    "80010001 ffffffff 00000000",              # negative name length
+    "80010001 00000002 c328 00000001",         # name not UTF-8
+    "00000010 6563686f 01 0000002a",           # old header that does not fit
+    "8001",
+])
+@pytest.mark.parametrize("strict", [False, True])
+def test_c_message_header_agrees_with_python(wire: str, strict: bool) -> None:
+    data = h(wire)
+    try:
+        expected = tuple(binary._read_message_header(data, strict))
+    except (DecodeError, BadVersionError):
+        expected = None
+    assert binary._wire.read_message_header(data, strict) == expected
+    assert binary._wire.read_message_header(bytearray(data), strict) == expected

@@ -1,0 +1,6 @@
+from typing import Any
+
+MAX_DEPTH: int
+
+def decode_struct(plan: list[Any], buf: Any, pos: int, end: int, /) -> tuple[Any, int] | None: ...
+def read_message_header(buf: Any, strict_read: bool, /) -> tuple[str, int, int, int] | None: ...
