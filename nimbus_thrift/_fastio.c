@@ -38,6 +38,33 @@ fd_of(PyObject *obj)
     return PyObject_AsFileDescriptor(obj);   /* int, or an object with fileno() */
 }
 
+/* One recv (receiving) or send of n bytes, retried on EINTR, the GIL kept below
+ * RELEASE_AT. Returns a new int, or NULL with OSError set. */
+static PyObject *
+transfer(int fd, void *buf, Py_ssize_t n, int receiving)
+{
+    ssize_t done;
+    int err;
+    for (;;) {
+        int release = n >= RELEASE_AT;
+        PyThreadState *saved = release ? PyEval_SaveThread() : NULL;
+        done = receiving ? recv(fd, buf, (size_t)n, 0)
+                         : send(fd, buf, (size_t)n, MSG_NOSIGNAL);
+        err = errno;
+        if (release)
+            PyEval_RestoreThread(saved);
+        if (done >= 0 || err != EINTR)
+            break;
+        if (PyErr_CheckSignals() < 0)
+            return NULL;
+    }
+    if (done < 0) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromSsize_t(done);
+}
+
 PyDoc_STRVAR(recv_into_doc,
 "recv_into(sock, buffer, nbytes=0) -> int\n\n"
 "Like socket.recv_into on a nonblocking socket; keeps the GIL below 64 KiB.");
@@ -62,31 +89,9 @@ fastio_recv_into(PyObject *self, PyObject *args)
     }
     if (nbytes == 0)
         nbytes = buf.len;
-    ssize_t n;
-    int err;
-    for (;;) {
-        if (nbytes >= RELEASE_AT) {
-            Py_BEGIN_ALLOW_THREADS
-            n = recv(fd, buf.buf, (size_t)nbytes, 0);
-            err = errno;
-            Py_END_ALLOW_THREADS
-        } else {
-            n = recv(fd, buf.buf, (size_t)nbytes, 0);
-            err = errno;
-        }
-        if (n >= 0 || err != EINTR)
-            break;
-        if (PyErr_CheckSignals() < 0) {
-            PyBuffer_Release(&buf);
-            return NULL;
-        }
-    }
+    PyObject *result = transfer(fd, buf.buf, nbytes, 1);
     PyBuffer_Release(&buf);
-    if (n < 0) {
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    return PyLong_FromSsize_t(n);
+    return result;
 }
 
 PyDoc_STRVAR(send_doc,
@@ -105,31 +110,9 @@ fastio_send(PyObject *self, PyObject *args)
         PyBuffer_Release(&buf);
         return NULL;
     }
-    ssize_t n;
-    int err;
-    for (;;) {
-        if (buf.len >= RELEASE_AT) {
-            Py_BEGIN_ALLOW_THREADS
-            n = send(fd, buf.buf, (size_t)buf.len, MSG_NOSIGNAL);
-            err = errno;
-            Py_END_ALLOW_THREADS
-        } else {
-            n = send(fd, buf.buf, (size_t)buf.len, MSG_NOSIGNAL);
-            err = errno;
-        }
-        if (n >= 0 || err != EINTR)
-            break;
-        if (PyErr_CheckSignals() < 0) {
-            PyBuffer_Release(&buf);
-            return NULL;
-        }
-    }
+    PyObject *result = transfer(fd, buf.buf, buf.len, 0);
     PyBuffer_Release(&buf);
-    if (n < 0) {
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    return PyLong_FromSsize_t(n);
+    return result;
 }
 
 PyDoc_STRVAR(sendmsg_doc,
