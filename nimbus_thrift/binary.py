@@ -405,9 +405,20 @@ def _struct_reader(cls: type) -> Reader:
     return read
 
 
+_FAST_READERS: dict[type, Callable[[Any, int, int], tuple[Any, int]]] = {}
+
+
 def struct_reader(cls: type) -> Callable[[Any, int, int], tuple[Any, int]]:
-    """``read(buf, pos, end) -> (obj, end_pos)`` for thriftpy2 class ``cls``, resolved
-    once (the dispatcher keeps one per method); same errors as :func:`decode_struct`."""
+    """``read(buf, pos, end) -> (obj, end_pos)`` for thriftpy2 class ``cls``, made once
+    per class; same errors as :func:`decode_struct`."""
+    try:
+        return _FAST_READERS[cls]
+    except KeyError:
+        reader = _FAST_READERS[cls] = _make_struct_reader(cls)
+        return reader
+
+
+def _make_struct_reader(cls: type) -> Callable[[Any, int, int], tuple[Any, int]]:
     read = _struct_reader(cls)
     plan = c_plan(cls)
     if plan is None:

@@ -70,6 +70,11 @@ class WorkerPool:
     def claim_wake(self) -> int:
         """The eventfd of a sleeping worker to wake for the queued tasks (the caller
         writes it, see :func:`wake_fd`), or -1 when none is needed."""
+        # The selector asks every pass: skip the mutex when nothing is queued or nobody
+        # sleeps. No wake-up is lost: a worker looks at the queue again, under the mutex,
+        # before it parks.
+        if not self._tasks or not self._idle:
+            return -1
         with self._mutex:
             if self._waking or not self._idle or not self._tasks:
                 return -1
