@@ -19,13 +19,45 @@ Call a nimbus daemon (idl/nimbus.thrift)::
         for topology in nimbus.getClusterInfo().topologies: ...
 """
 
-from .client import (BadReply, ConnectionLost, FrameRefused, NimbusClient, NimbusClientError,
-                     NimbusTimeout, NimbusUnavailable, ServerError)
-from .options import OptionError, ServerOptions
-from .server import Server, make_server
-from .metrics import MetricsSnapshot
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: The package's names and the module each comes from, imported on first use: every
+#: process that imports a submodule imports this package first, and a topology's Spark
+#: Python workers import the runner (nimbus_thrift.runner.*), which needs neither the
+#: server nor the client (with thriftpy2, structlog and asyncio: 0.1 s per process).
+_EXPORTS = {
+    "BadReply": "client", "ConnectionLost": "client", "FrameRefused": "client",
+    "NimbusClient": "client", "NimbusClientError": "client", "NimbusTimeout": "client",
+    "NimbusUnavailable": "client", "ServerError": "client",
+    "OptionError": "options", "ServerOptions": "options",
+    "Server": "server", "make_server": "server",
+    "MetricsSnapshot": "metrics",
+}
+
+if TYPE_CHECKING:
+    from .client import (BadReply, ConnectionLost, FrameRefused, NimbusClient,
+                         NimbusClientError, NimbusTimeout, NimbusUnavailable, ServerError)
+    from .metrics import MetricsSnapshot
+    from .options import OptionError, ServerOptions
+    from .server import Server, make_server
 
 __all__ = ["BadReply", "ConnectionLost", "FrameRefused", "MetricsSnapshot", "NimbusClient",
            "NimbusClientError", "NimbusTimeout", "NimbusUnavailable", "OptionError", "Server",
            "ServerError", "ServerOptions", "make_server"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

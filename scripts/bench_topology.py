@@ -11,9 +11,19 @@ sentences/s of each and the ratio per round and the median.
 
 Part 2, latency: starts a nimbus daemon (spark launcher, local Spark), submits
 examples/wordcount.py and prints the seconds from the submit call to the first counts
-in its SQLite sink (and to the 'running' status).
+in its SQLite sink (and to the 'running' status); ``--latency-runs N`` does it N times
+(a daemon each), ``--breakdown`` prints when each step happened (from the work
+directory: launch.json, status.json, the checkpoint's offsets/0 and commits/0), and
+``--keep DIR`` keeps each run's data directory and a copy of the topology's work
+directory (stderr with Spark's own log) in ``DIR/runN``.
+
+The launcher keeps a mirror of Spark home and the driver's class archive in the user's
+cache directory (``$XDG_CACHE_HOME/nimbus-thrift``): the first launch on a machine
+makes the archive (in the background, once it has run a batch), so it starts without
+one. Point XDG_CACHE_HOME at an empty directory to measure that first launch.
 
     .venv/bin/python scripts/bench_topology.py [--sentences 200000] [--rounds 3]
+    .venv/bin/python scripts/bench_topology.py --skip-throughput --latency-runs 3 --breakdown
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -97,51 +108,111 @@ def throughput(args: argparse.Namespace) -> None:
 
 
 def first_output(args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp, "wc.sqlite")
-        env = {**os.environ, "NIMBUS_THRIFT_LAUNCHER": "spark"}
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "nimbus_thrift.cli", "nimbus", "--port", "0",
-             "--data-dir", f"{tmp}/data", "--log-level", "warning"],
-            stderr=subprocess.PIPE, text=True, env=env)
-        try:
-            assert daemon.stderr is not None
-            port = 0
-            for line in daemon.stderr:
-                match = re.match(r"nimbus listening on [^:]+:(\d+)", line)
-                if match:
-                    port = int(match.group(1))
-                    break
-            if not port:
-                raise SystemExit("nimbus did not start")
-            from nimbus_thrift.client import NimbusClient
-            with NimbusClient("127.0.0.1", port, timeout=60) as client:
-                t0 = time.monotonic()
-                topology_id = client.submit_topology(
-                    ROOT / "examples" / "wordcount.py",
-                    conf={"wordcount.db": str(db), "wordcount.rate": 2000})
-                submitted = time.monotonic() - t0
-                running = None
-                while True:
-                    now = time.monotonic() - t0
-                    if running is None and client.getTopologyInfo(topology_id) \
-                            .sched_status.startswith("running:"):
-                        running = now
-                    if _has_counts(db):
-                        break
-                    if now > 300:
-                        raise SystemExit("no output after 300 s")
-                    time.sleep(0.1)
-                first = time.monotonic() - t0
-                print(f"submit call {submitted:.1f} s; status running at "
-                      f"{running if running is not None else first:.1f} s; "
-                      f"first counts in SQLite at {first:.1f} s after submit")
-                client.killTopologyWithOpts("wordcount", client.idl.KillOptions(wait_secs=0))
-                while client.getClusterInfo().topologies:
-                    time.sleep(0.2)
-        finally:
-            daemon.terminate()
-            daemon.wait(60)
+    runs = []
+    for i in range(args.latency_runs):
+        if args.keep:
+            keep = Path(args.keep, f"run{i}")
+            keep.mkdir(parents=True, exist_ok=False)
+            runs.append(_first_output_once(args, keep))
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                runs.append(_first_output_once(args, Path(tmp)))
+    if len(runs) > 1:
+        print("first counts: " + ", ".join(f"{r:.1f}" for r in runs) + " s; median "
+              f"{statistics.median(runs):.1f} s")
+
+
+#: Milestones of the first output, in the order they happen, and how each is seen:
+#: the daemon's launch record, the driver's status.json (polled), the checkpoint's
+#: write-ahead log (file times), the sink's SQLite table (polled).
+MILESTONES = (
+    ("launched", "the daemon started spark-submit (launch.json)"),
+    ("driver", "the Python driver started (status.json started_at)"),
+    ("session", "SparkSession up (status.json has the app id)"),
+    ("query", "query started (status.json rewritten after the app id)"),
+    ("planned", "batch 0 planned (checkpoint offsets/0)"),
+    ("counts", "first counts in SQLite"),
+    ("committed", "batch 0 committed (checkpoint commits/0)"),
+    ("running", "status running"),
+)
+
+
+def _first_output_once(args: argparse.Namespace, tmp: Path) -> float:
+    db = Path(tmp, "wc.sqlite")
+    env = {**os.environ, "NIMBUS_THRIFT_LAUNCHER": "spark"}
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "nimbus_thrift.cli", "nimbus", "--port", "0",
+         "--data-dir", f"{tmp}/data", "--log-level", "warning"],
+        stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert daemon.stderr is not None
+        port = 0
+        for line in daemon.stderr:
+            match = re.match(r"nimbus listening on [^:]+:(\d+)", line)
+            if match:
+                port = int(match.group(1))
+                break
+        if not port:
+            raise SystemExit("nimbus did not start")
+        from nimbus_thrift.client import NimbusClient
+        from nimbus_thrift.runner.rundir import RunDir
+        with NimbusClient("127.0.0.1", port, timeout=60) as client:
+            wall0 = time.time()
+            t0 = time.monotonic()
+            topology_id = client.submit_topology(
+                ROOT / "examples" / "wordcount.py",
+                conf={"wordcount.db": str(db), "wordcount.rate": 2000})
+            seen: dict[str, float] = {"submitted": time.monotonic() - t0}
+            rd = RunDir(Path(tmp, "data", "topologies", topology_id))
+            app_write = 0.0
+            while "counts" not in seen or "running" not in seen:
+                now = time.monotonic() - t0
+                if "running" not in seen and client.getTopologyInfo(topology_id) \
+                        .sched_status.startswith("running:"):
+                    seen["running"] = now
+                status = rd.read_status()
+                if status is not None:
+                    seen.setdefault("driver", status.started_at - wall0)
+                    if status.app_id and "session" not in seen:
+                        seen["session"] = app_write = status.updated_at - wall0
+                    elif "session" in seen and "query" not in seen \
+                            and status.updated_at - wall0 > app_write:
+                        seen["query"] = status.updated_at - wall0
+                    if status.batch_id >= 0 and "batch0_ms" not in seen:
+                        seen["batch0_ms"] = status.batch_ms / 1000
+                if "counts" not in seen and _has_counts(db):
+                    seen["counts"] = now
+                if now > 300:
+                    raise SystemExit("no output after 300 s")
+                time.sleep(0.05)
+            for name, path in (("launched", rd.launch),
+                               ("planned", rd.checkpoint / "offsets" / "0"),
+                               ("committed", rd.checkpoint / "commits" / "0")):
+                try:
+                    seen[name] = path.stat().st_mtime - wall0
+                except OSError:
+                    pass
+            print(f"submit call {seen['submitted']:.1f} s; status running at "
+                  f"{seen['running']:.1f} s; first counts in SQLite at "
+                  f"{seen['counts']:.1f} s after submit")
+            if args.breakdown:
+                last = 0.0
+                for at, what in sorted((seen[name], what) for name, what in MILESTONES
+                                       if name in seen):
+                    print(f"  {at:6.1f} s  (+{at - last:4.1f})  {what}")
+                    last = at
+                if "batch0_ms" in seen:
+                    print(f"  batch 0 took {seen['batch0_ms']:.1f} s (its triggerExecution)")
+            if args.keep:       # the kill removes the work directory
+                time.sleep(args.keep_secs)
+                shutil.copytree(rd.root, Path(tmp, "workdir"), ignore_dangling_symlinks=True)
+            client.killTopologyWithOpts("wordcount", client.idl.KillOptions(wait_secs=0))
+            while client.getClusterInfo().topologies:
+                time.sleep(0.2)
+            return seen["counts"]
+    finally:
+        daemon.terminate()
+        daemon.wait(60)
 
 
 def _has_counts(db: Path) -> bool:
@@ -163,6 +234,14 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--latency-runs", type=int, default=1,
+                        help="submit this many times, one daemon each (latency part)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="print when each step of the first output happened")
+    parser.add_argument("--keep", metavar="DIR",
+                        help="keep each latency run's data (logs, checkpoint) in DIR/runN")
+    parser.add_argument("--keep-secs", type=float, default=0.0,
+                        help="with --keep, let the topology run this long more first")
     args = parser.parse_args()
     if not args.skip_throughput:
         throughput(args)

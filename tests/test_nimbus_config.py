@@ -291,7 +291,14 @@ def test_int_lower_limits(key: str, lowest: Any) -> None:
 
 @pytest.mark.parametrize("key,value", [("log_level", "INFO"), ("log_level", "trace"),
                                        ("log_format", "xml"), ("host", ""),
-                                       ("launcher", ""), ("spark_master", "")])
+                                       ("launcher", ""), ("spark_master", ""),
+                                       ("spark_cache_dir", "cache"),
+                                       ("spark_cache_dir", "Off")])
 def test_enumerations_and_empty_strings(key: str, value: str) -> None:
     with pytest.raises(ConfigError, match=f"invalid configuration: {key} must"):
         config(env={ENV_PREFIX + key.upper(): value})
+
+
+@pytest.mark.parametrize("value", ["", "off", "/var/cache/nimbus", "~/cache"])
+def test_spark_cache_dir_values(value: str) -> None:
+    assert config(env={ENV_PREFIX + "SPARK_CACHE_DIR": value}).spark_cache_dir == value

@@ -28,10 +28,14 @@ from nimbus_thrift import render
 from nimbus_thrift.nimbus.config import ConfigError, NimbusConfig, load_config
 from nimbus_thrift.nimbus.handler import NimbusHandler
 from nimbus_thrift.nimbus.launcher import LauncherError, LaunchSpec, load_launcher
-from nimbus_thrift.nimbus.spark_launcher import (SPARK_COMPONENT, SPARK_MAIN, SparkLauncher,
+from nimbus_thrift.nimbus.spark_launcher import (DEFAULT_JAVA_OPTIONS, EXTRA_JAVA_OPTIONS,
+                                                 JAVA_OPTION_VARIABLES, JVM_CRASH,
+                                                 SPARK_COMPONENT, SPARK_MAIN, ClassArchive,
+                                                 SparkLauncher, driver_java_options,
                                                  find_spark_home, last_stderr_line,
-                                                 local_threads, master_ui_url, proc_info,
-                                                 session_members)
+                                                 local_threads, master_ui_url,
+                                                 mirror_spark_home, proc_cmdline,
+                                                 proc_info, session_members)
 from nimbus_thrift.nimbus.store import Store
 from nimbus_thrift.nimbus.validate import check_topology
 from nimbus_thrift.runner.rundir import RunDir
@@ -154,7 +158,14 @@ def _run_spec(conf: dict[str, Any]) -> RunSpec:
     return from_plan("wc-1-1", "wc", plan)
 
 
-def test_command_line_on_a_local_master(tmp_path: Path) -> None:
+@pytest.fixture
+def no_java_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The JVM options of the environment would change the launcher's."""
+    for name in JAVA_OPTION_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_command_line_on_a_local_master(tmp_path: Path, no_java_variables: None) -> None:
     launcher = SparkLauncher(config(tmp_path))
     work = tmp_path / "w"
     command = launcher.command(_run_spec({
@@ -176,34 +187,126 @@ def test_command_line_on_a_local_master(tmp_path: Path) -> None:
         "spark.dynamicAllocation.enabled": "false"}   # no cores.max on a local master
 
 
-@pytest.mark.parametrize("conf, cores_max, executor_cores", [
-    ({"topology.workers": 2}, "3", "2"),                 # 3 cores (count: 3) in 2 executors
-    ({"topology.workers": 1}, "3", "3"),
-    ({"topology.workers": 5}, "3", "1"),
-    ({"topology.workers": 2, "spark.cores.max": 8}, "8", "4"),
-    ({"topology.workers": 2, "spark.executor.cores": 1}, "3", "1"),
+ARCHIVE = "-XX:SharedArchiveFile=/cache/driver-1.jsa"
+
+
+@pytest.mark.parametrize("conf, env, default", [
+    # The class archive's option goes before the topology's own (Spark's order).
+    ({}, {}, ARCHIVE),
+    ({EXTRA_JAVA_OPTIONS: "-Dx=1 -XX:TieredStopAtLevel=1"}, {}, ARCHIVE),
+    # Class data sharing the topology or the environment asks for is theirs.
+    ({EXTRA_JAVA_OPTIONS: "-Dx=1 -Xshare:off"}, {}, None),
+    ({}, {"JAVA_TOOL_OPTIONS": "-XX:SharedArchiveFile=/mine.jsa"}, None),
+    ({}, {"JDK_JAVA_OPTIONS": "-XX:DumpLoadedClassList=/list"}, None),
+    # The topology's default options replace the launcher's.
+    ({DEFAULT_JAVA_OPTIONS: "-Xss8m"}, {}, "-Xss8m"),
 ])
-def test_command_line_on_a_standalone_master(tmp_path: Path, conf: dict[str, Any],
-                                             cores_max: str, executor_cores: str) -> None:
-    launcher = SparkLauncher(config(tmp_path, spark_master="spark://127.0.0.1:7077"))
-    command = launcher.command(_run_spec(conf), tmp_path, 4567, conf["topology.workers"])
-    assert command[command.index("--master") + 1] == "spark://127.0.0.1:7077"
+def test_the_topologys_jvm_options_are_kept(tmp_path: Path, no_java_variables: None,
+                                           monkeypatch: pytest.MonkeyPatch,
+                                           conf: dict[str, str], env: dict[str, str],
+                                           default: str | None) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    launcher = SparkLauncher(config(tmp_path))
+    command = launcher.command(_run_spec(conf), tmp_path, 4567, 1, archive=[ARCHIVE])
     confs = _confs(command)
-    assert (confs["spark.cores.max"], confs["spark.executor.cores"]) == \
-        (cores_max, executor_cores)
+    assert confs.get(DEFAULT_JAVA_OPTIONS) == default
+    assert confs.get(EXTRA_JAVA_OPTIONS) == conf.get(EXTRA_JAVA_OPTIONS)   # untouched
 
 
-def test_default_spark_submit_is_the_installed_pyspark(tmp_path: Path) -> None:
+def test_driver_java_options() -> None:
+    archive = ["-XX:SharedArchiveFile=/c/a b.jsa"]
+    assert driver_java_options([], archive) == archive
+    assert driver_java_options(["-XX:+UseG1GC", "-Xcomp"], archive) == archive
+    for own in ("-Xshare:off", "-XX:SharedArchiveFile=/mine.jsa",
+                "-XX:DumpLoadedClassList=/l", "-XX:+AutoCreateSharedArchive"):
+        assert driver_java_options([own], archive) == []
+    # A path with a space survives Spark's parsing of the option string (shell rules).
+    assert shlex.split(shlex.join(driver_java_options([], archive))) == archive
+
+
+def test_default_spark_submit_is_the_installed_pyspark(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     home = find_spark_home()
     assert home is not None and (home / "jars").is_dir()
     launcher = load_launcher("spark", NimbusConfig(data_dir=tmp_path))
     assert isinstance(launcher, SparkLauncher) and launcher.name == "spark"
     assert launcher.submit == [str(home / "bin" / "spark-submit")]
     assert re.match(r"^\d+\.\d+", launcher.version)
+    assert launcher.cache_dir == tmp_path / "cache" / "nimbus-thrift"
+    assert launcher.class_archive is not None
+    assert launcher.class_archive.directory == launcher.cache_dir / "spark-cds"
     env = launcher.environment(tmp_path / "w")
     assert env["PYSPARK_PYTHON"] == env["PYSPARK_DRIVER_PYTHON"] == sys.executable
-    assert env["SPARK_HOME"] == str(home) and env["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert env["SPARK_LOCAL_IP"] == "127.0.0.1"
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path / "w" / "code")
+    # SPARK_HOME is a mirror of PySpark's, without the zipped PySpark Spark would put
+    # first on its Python processes' path.
+    mirror = Path(env["SPARK_HOME"])
+    assert mirror.parent == launcher.cache_dir / "spark-home"
+    assert (mirror / "bin" / "spark-submit").resolve() == \
+        (home / "bin" / "spark-submit").resolve()
+    assert (mirror / "jars").resolve() == (home / "jars").resolve()
+    assert (home / "python" / "lib" / "pyspark.zip").is_file()
+    assert not (mirror / "python" / "lib" / "pyspark.zip").exists()
+
+
+def test_a_configured_spark_submit_gets_pysparks_own_home(tmp_path: Path) -> None:
+    launcher = SparkLauncher(config(tmp_path))
+    assert launcher.cache_dir is None and launcher.class_archive is None
+    assert launcher.environment(tmp_path / "w")["SPARK_HOME"] == str(find_spark_home())
+
+
+def test_spark_cache_dir_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    mine = tmp_path / "mine"
+    launcher = SparkLauncher(load_config(env={}, flags={"data_dir": str(tmp_path / "data"),
+                                                        "spark_cache_dir": str(mine)}))
+    assert launcher.cache_dir == mine
+    assert launcher.class_archive is not None
+    assert launcher.class_archive.directory == mine / "spark-cds"
+    assert Path(launcher.environment(tmp_path / "w")["SPARK_HOME"]).parent == mine / "spark-home"
+    # "off": PySpark's own home, no archive, nothing written to any cache.
+    off = SparkLauncher(load_config(env={}, flags={"data_dir": str(tmp_path / "data"),
+                                                   "spark_cache_dir": "off"}))
+    assert off.cache_dir is None and off.class_archive is None
+    assert off.environment(tmp_path / "w")["SPARK_HOME"] == str(find_spark_home())
+    assert not (tmp_path / "xdg").exists()
+    # A directory given to the launcher itself wins over the setting.
+    given = SparkLauncher(load_config(env={}, flags={"data_dir": str(tmp_path / "data"),
+                                                     "spark_cache_dir": "off"}),
+                          cache_dir=tmp_path / "given")
+    assert given.cache_dir == tmp_path / "given"
+    # With a configured spark-submit the setting still applies when it names a directory.
+    assert SparkLauncher(config(tmp_path, spark_cache_dir=str(mine))).cache_dir == mine
+
+
+def _fake_home(root: Path) -> Path:
+    home = root / "pyspark"
+    for directory in ("bin", "jars", "python/lib", "python/pyspark"):
+        (home / directory).mkdir(parents=True)
+    for name in ("bin/spark-submit", "jars/spark-core.jar", "python/lib/pyspark.zip",
+                 "python/lib/py4j-0.10.9.9-src.zip", "python/lib/README", "version.py"):
+        (home / name).write_text(name)
+    return home
+
+
+def test_mirror_of_spark_home(tmp_path: Path) -> None:
+    home = _fake_home(tmp_path)
+    mirror = mirror_spark_home(home, tmp_path / "mirrors")
+    assert sorted(p.name for p in mirror.iterdir()) == ["bin", "jars", "python",
+                                                        "version.py"]
+    assert (mirror / "jars" / "spark-core.jar").read_text() == "jars/spark-core.jar"
+    assert (mirror / "python" / "pyspark").resolve() == (home / "python" / "pyspark")
+    assert [p.name for p in (mirror / "python" / "lib").iterdir()] == ["README"]
+    # Made once; a changed home gets a mirror of its own (a running one keeps its).
+    assert mirror_spark_home(home, tmp_path / "mirrors") == mirror
+    (home / "sbin").mkdir()
+    other = mirror_spark_home(home, tmp_path / "mirrors")
+    assert other != mirror and (other / "sbin").is_dir() and mirror.is_dir()
+    assert sorted(p.name for p in (tmp_path / "mirrors").iterdir()) == \
+        sorted([mirror.name, other.name])           # no temporary directory left
 
 
 def test_the_launcher_does_not_import_pyspark() -> None:
@@ -714,3 +817,126 @@ def test_handler_with_the_spark_launcher(tmp_path: Path, launchers: Launchers) -
         assert handler.getClusterInfo().topologies == []
     finally:
         handler.store.close()
+
+
+# --- the class archive ------------------------------------------------------------------
+
+#: Stands in for java: dumps an "archive" of the class list it is given (or fails, if
+#: FAKE_JAVA_FAIL is set), and otherwise sleeps like an application's JVM.
+FAKE_JAVA = f"""#!{sys.executable}
+import json, os, sys, time
+if "-Xshare:dump" in sys.argv:
+    with open(os.environ["FAKE_JAVA_LOG"], "a") as f:
+        f.write(json.dumps(sys.argv[1:]) + "\\n")
+    value = {{a.split("=", 1)[0]: a.split("=", 1)[1] for a in sys.argv if "=" in a}}
+    with open(value["-XX:SharedArchiveFile"], "w") as out:
+        out.write("half" if os.environ.get("FAKE_JAVA_FAIL") else
+                  "archive of " + open(value["-XX:SharedClassListFile"]).read())
+    sys.exit(1 if os.environ.get("FAKE_JAVA_FAIL") else 0)
+time.sleep(60)
+"""
+
+
+def _fake_java(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    java = tmp_path / "java"
+    java.write_text(FAKE_JAVA)
+    java.chmod(0o755)
+    monkeypatch.setenv("FAKE_JAVA_LOG", str(tmp_path / "java.log"))
+    return java
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_class_archive_dump(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                            fails: bool) -> None:
+    java = _fake_java(tmp_path, monkeypatch)
+    if fails:
+        monkeypatch.setenv("FAKE_JAVA_FAIL", "1")
+    home = _fake_home(tmp_path)
+    archive = ClassArchive(tmp_path / "cds", home, java)
+    key = archive.key(str(home), "", ["-XX:+UseSerialGC"])
+    assert key != archive.key(str(home), "extra.jar", ["-XX:+UseSerialGC"])
+    assert key != archive.key(str(home), "", [])
+    options, mapped, classes = archive.options(key, record=True)
+    assert classes is not None and mapped is None
+    assert options == [f"-XX:DumpLoadedClassList={classes}"]
+    assert archive.options(key, record=False) == ([], None, None)
+    # What the JVM listed so far (its last line still being written).
+    classes.write_text("java/lang/Object id: 1\norg/x/Y id: 2\norg/x/Z i")
+    jvm = [str(java), "-Xmx1g", "-XX:+UseSerialGC", "-Dx=1", "-cp", "conf:jars/*",
+           "org.apache.spark.deploy.SparkSubmit", "-Xmx9g"]
+    assert archive.dump(classes, jvm)
+    assert not classes.exists() and archive.dumping
+
+    def ended() -> bool:
+        archive.poll()
+        return not archive.dumping
+    wait_for(ended, "the dump to end")
+    args = json.loads((tmp_path / "java.log").read_text())
+    assert args[:3] == ["-Xmx1g", "-XX:+UseSerialGC", "-Xshare:dump"]
+    assert args[-2:] == ["-cp", "conf:jars/*"]
+    left = sorted(p.name for p in archive.directory.iterdir())
+    if fails:
+        assert [name for name in left if not name.endswith(".log")] == []
+        assert archive.options(key, record=False) == ([], None, None)
+        return
+    assert left == [f"driver-{key}.jsa"]
+    assert archive.archive(key).read_text() == \
+        "archive of java/lang/Object id: 1\norg/x/Y id: 2\n"       # whole lines only
+    assert archive.options(key, record=True) == \
+        ([f"-XX:SharedArchiveFile={archive.archive(key)}"], archive.archive(key), None)
+
+
+def test_class_archive_dump_needs_a_jvm_command_line(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    home = _fake_home(tmp_path)
+    archive = ClassArchive(tmp_path / "cds", home, _fake_java(tmp_path, monkeypatch))
+    _, _, classes = archive.options("k", record=True)
+    assert classes is not None
+    classes.write_text("java/lang/Object id: 1\n")
+    assert proc_cmdline(os.getpid())[1:] == sys.orig_argv[1:]
+    assert not archive.dump(classes, proc_cmdline(os.getpid()))   # no class path
+    assert not classes.exists() and not archive.dumping
+    assert not archive.dump(classes, ["java", "-cp", "x", "Main"])   # no list
+
+
+def _java_options(spec: LaunchSpec) -> str | None:
+    record = json.loads((spec.work_dir / "launch.json").read_text())
+    return _confs(record["command"]).get(DEFAULT_JAVA_OPTIONS)
+
+
+def test_one_launch_lists_classes_later_ones_map_the_archive(
+        tmp_path: Path, launchers: Launchers, no_java_variables: None,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = config(tmp_path)
+    launcher = launchers(cfg, cache_dir=tmp_path / "cache")
+    launcher.class_archive = ClassArchive(tmp_path / "cds", _fake_home(tmp_path),
+                                          _fake_java(tmp_path, monkeypatch))
+    assert launcher.environment(tmp_path)["SPARK_HOME"].startswith(str(tmp_path / "cache"))
+    # "starting" until told: no batch, so no dump is tried.
+    first = launch_spec(cfg, "wc-1-1", behaviour={"gate_run": True})
+    second = launch_spec(cfg, "wc-2-2", behaviour={"gate_run": True})
+    launcher.launch(first)
+    launcher.launch(second)
+    listing = _java_options(first)
+    assert listing.startswith("-XX:DumpLoadedClassList=")
+    classes = Path(listing.split("=")[-1])
+    assert json.loads((first.work_dir / "launch.json").read_text())["class_list"] == \
+        str(classes)
+    assert _java_options(second) is None                # one launch lists at a time
+    classes.write_text("java/lang/Object id: 1\n")     # as the JVM would
+    launcher.stop(first.topology_id, 5)
+    launcher.stop(second.topology_id, 5)
+    assert not classes.exists()                        # the list goes with its JVM
+
+    # Once the archive is made, launches map it; one whose JVM crashed deletes it.
+    archive = tmp_path / "cds" / (classes.name.split(".")[0] + ".jsa")
+    archive.write_text("archive")
+    third = launch_spec(cfg, "wc-3-3", behaviour={"gate_start": True, "crash_after": 0})
+    launcher.launch(third)
+    assert _java_options(third) == f"-XX:SharedArchiveFile={archive}"
+    assert archive.exists()
+    with open(third.work_dir / "logs" / "stderr", "a") as err:
+        err.write(f"#\n# {JVM_CRASH}:\n#  SIGBUS (0x7)\n")
+    (third.work_dir / "fake.go-start").touch()
+    wait_for(lambda: not archive.exists(), "the archive to be deleted")
+    assert wait_for(state_is(launcher, third, "failed"), "failed")

@@ -35,6 +35,12 @@ it) and the last ``status.json``::
 
 The detail always starts with the state word and a colon: ``submit --wait`` reads it.
 
+Start-up: the driver JVM maps a class data sharing archive of Spark's classes, made
+after the first launch on this Java and Spark installation (:class:`ClassArchive`),
+and the application's SPARK_HOME is a mirror of PySpark's without its zipped Python
+code (:func:`mirror_spark_home`), so that its Python processes import PySpark's
+compiled modules. Both live in a cache directory of the user (:func:`default_cache_dir`).
+
 A failed topology is relaunched from its checkpoint by a monitor thread when the
 configuration says so (``restart_failed``, at most ``max_restarts`` times in a row,
 with growing waits); stopping is ``control=stop``, then SIGTERM, then SIGKILL to every
@@ -43,6 +49,7 @@ process of the session, until none is left.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import math
@@ -59,11 +66,12 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 import zipfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Mapping, Sequence
 
 import structlog
 
@@ -116,6 +124,41 @@ RESERVED_CONFS = frozenset({"spark.ui.port"})
 BANNER = "--- nimbus-thrift "
 #: Driver states after which the process exits by itself and should not be relaunched.
 FINAL_STATES = frozenset({"stopped", "finished"})
+#: Spark puts this conf's JVM options before ``spark.driver.extraJavaOptions``: the
+#: launcher's (the class archive's) go here, so a topology's own extra options add to
+#: them. A topology that sets it replaces them.
+#:
+#: Not among them, measured on 2 vCPUs (scripts/bench_topology.py; the driver JVM runs
+#: the tasks in local mode): ``-XX:TieredStopAtLevel=1`` (C1 only) starts the word
+#: count 1.5-2 s sooner but costs 25-40% of its throughput; ``-XX:+UseSerialGC``
+#: changes neither. A topology may still add them to its extraJavaOptions.
+DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
+EXTRA_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+#: Environment variables the ``java`` launcher reads options from, before its own.
+JAVA_OPTION_VARIABLES = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")
+#: Options that decide the layout of objects a class archive holds.
+_GC_OPTION = re.compile(r"^-XX:[+-]Use\w*GC$")
+_CDS_OPTION = re.compile(r"^-Xshare:|^-XX:(?:SharedArchiveFile|ArchiveClassesAtExit|"
+                         r"SharedClassListFile|DumpLoadedClassList)=|"
+                         r"^-XX:[+-]AutoCreateSharedArchive$")
+_POINTERS_OPTION = re.compile(r"^-XX:[+-]UseCompressed(?:Oops|ClassPointers)$")
+#: A class archive dump still running after this long is killed (it takes 30-40 s of
+#: one core on 2 vCPUs).
+CDS_DUMP_TIMEOUT_SECS = 600.0
+#: Starts the report of a JVM crash on stderr.
+JVM_CRASH = "A fatal error has been detected by the Java Runtime Environment"
+#: Under the cache directory: the mirrors of PySpark's Spark home, and class archives.
+MIRROR_DIR = "spark-home"
+CLASS_ARCHIVE_DIR = "spark-cds"
+#: ``$SPARK_HOME/python/lib`` entries a mirror leaves out: Spark puts these zips first
+#: on the path of every Python process it starts, and Python compiles what it imports
+#: from a zip anew in each process (no bytecode cache): 0.5 s per process for
+#: ``pyspark.sql`` and a worker's modules, measured on 2 vCPUs, and a topology's first
+#: output waits for half a dozen such processes one after the other (the driver, data
+#: source planners, the source runner, the workers): 3.5-5 s in all. Without them,
+#: Python imports the same PySpark (the mirror is of its own directory) from its
+#: site-packages, compiled once.
+ZIPPED_PYTHON = re.compile(r"^(?:pyspark|py4j-.*-src)\.zip$")
 
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*"
                              r"(?:Error|Exception|Exit|Interrupt|Failure)\b")
@@ -271,19 +314,7 @@ def extract_code(zip_path: Path, dest: Path) -> None:
 def last_stderr_line(path: Path) -> str:
     """The last line of ``path`` worth showing: an exception line if there is one near
     the end, else the last line that is not INFO logging or a stack frame."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - STDERR_TAIL_BYTES))
-            lines = f.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return ""
-    for index in range(len(lines) - 1, -1, -1):
-        if lines[index].startswith(BANNER):
-            lines = lines[index + 1:]               # this launch's output only
-            break
-    lines = [line.rstrip() for line in lines if line.strip()]
+    lines = [line.rstrip() for line in _launch_stderr(path) if line.strip()]
     for line in reversed(lines[-200:]):
         if _EXCEPTION_LINE.match(line.strip()):
             return _shorten(line.strip())
@@ -291,6 +322,23 @@ def last_stderr_line(path: Path) -> str:
         if not _LOG_NOISE.match(line):
             return _shorten(line.strip())
     return ""
+
+
+def _launch_stderr(path: Path) -> list[str]:
+    """The lines of ``path`` (a topology's stderr) the last launch wrote, as far as
+    they are in its last :data:`STDERR_TAIL_BYTES`."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - STDERR_TAIL_BYTES))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index].startswith(BANNER):
+            return lines[index + 1:]               # this launch's output only
+    return lines
 
 
 def _shorten(text: str, limit: int = 300) -> str:
@@ -322,6 +370,300 @@ def _conf_value(value: Any) -> str | None:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def _option_tokens(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError:                  # unbalanced quotes: the JVM will say so
+        return text.split()
+
+
+def driver_java_options(user: Sequence[str], archive: Sequence[str] = ()) -> list[str]:
+    """The launcher's options for the driver JVM (``spark.driver.defaultJavaOptions``):
+    the class archive's (:class:`ClassArchive`), unless ``user`` (the topology's and the
+    environment's options) sets class data sharing options of its own."""
+    return [] if any(_CDS_OPTION.match(token) for token in user) else list(archive)
+
+
+def mirror_spark_home(home: Path, parent: Path) -> Path:
+    """A directory under ``parent`` that is Spark home ``home`` (every entry a symbolic
+    link to ``home``'s) except for the zipped PySpark and py4j in ``python/lib``
+    (:data:`ZIPPED_PYTHON`). Made once per Spark home and set of entries, and never
+    changed: a new one is made when they change.
+
+    Raises:
+        OSError: ``parent`` cannot be written.
+    """
+    def entries(directory: Path) -> list[str]:
+        return sorted(e.name for e in os.scandir(directory))
+    top = [n for n in entries(home) if n != "python"]
+    python = home / "python"
+    inner = [n for n in entries(python) if n != "lib"] if python.is_dir() else []
+    lib = [n for n in entries(python / "lib") if not ZIPPED_PYTHON.match(n)] \
+        if (python / "lib").is_dir() else []
+    key = hashlib.sha256("\0".join([str(home), *top, "/", *inner, "/", *lib])
+                         .encode()).hexdigest()[:16]
+    mirror = parent / f"{home.name}-{key}"
+    if mirror.is_dir():
+        return mirror
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = parent / f".{mirror.name}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        (tmp / "python" / "lib").mkdir(parents=True)
+        for name in top:
+            (tmp / name).symlink_to(home / name)
+        for name in inner:
+            (tmp / "python" / name).symlink_to(python / name)
+        for name in lib:
+            (tmp / "python" / "lib" / name).symlink_to(python / "lib" / name)
+        try:
+            tmp.rename(mirror)
+        except OSError:
+            if not mirror.is_dir():         # else another launcher made it first
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return mirror
+
+
+def default_cache_dir() -> Path:
+    """Where the launcher keeps what it makes once per Java and Spark installation
+    (the mirror of Spark home, class archives): the user's cache directory, shared by
+    the daemons of the user, since it belongs to no one daemon."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "nimbus-thrift"
+
+
+def java_binary() -> Path | None:
+    """The java spark-submit runs (``$JAVA_HOME/bin/java``, else ``java`` on PATH)."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and os.access(Path(java_home) / "bin" / "java", os.X_OK):
+        return Path(java_home) / "bin" / "java"
+    found = shutil.which("java")
+    return Path(found) if found else None
+
+
+class ClassArchive:
+    """A class data sharing archive of the driver JVM's classes, shared by every launch
+    on one Java and Spark installation: the JVM maps it instead of reading, parsing and
+    verifying the ~17,000 classes a topology loads from Spark's jars (measured on 2
+    vCPUs: the first output 4-6 s sooner).
+
+    Theory of operation. A launch that finds no archive has its JVM list the classes it
+    loads (``-XX:DumpLoadedClassList``, which costs nothing measurable). Once that
+    application has run a batch, the launcher dumps those classes into an archive in
+    the background (:meth:`dump`: ``java -Xshare:dump`` at the lowest CPU priority
+    with the application JVM's own class path; 30-40 s of one core on 2 vCPUs, once),
+    and every later launch maps it (``-XX:SharedArchiveFile``). One dump at a time;
+    a failed one is tried again from the next launch's list.
+
+    The name hashes what an archive is valid with: the Java runtime, Spark's jars, the
+    driver class path and the JVM options. A mismatch the hash misses is the JVM's to
+    catch: it then runs without class sharing. An archive a JVM crashed with (a
+    damaged file can crash it) is deleted, to be made again.
+
+    Args:
+        directory: where archives, class lists and dumps are kept (made when needed).
+        spark_home: the Spark installation (its ``jars``).
+        java: the java binary spark-submit runs.
+    """
+
+    def __init__(self, directory: Path, spark_home: Path, java: Path):
+        self.directory = directory
+        self.spark_home = spark_home
+        self.java = java
+        self._lock = threading.Lock()
+        #: The dump running: its process, the archive it writes, and its temporary
+        #: output, class list and log.
+        self._dump: tuple[subprocess.Popen[bytes], Path, Path, Path, Path] | None = None
+        self._dump_started = 0.0
+
+    def key(self, app_home: str, class_path: str, options: Sequence[str]) -> str:
+        """A hash of what an archive is valid with: this Java and Spark, and a
+        launch's SPARK_HOME (its jars' paths), extra class path and JVM options."""
+        java = Path(os.path.realpath(self.java))
+        parts = [str(java), self._stamp(java),
+                 self._stamp(java.parent.parent / "lib" / "modules"),
+                 str(self.spark_home), app_home, class_path, *options]
+        try:
+            with os.scandir(self.spark_home / "jars") as entries:
+                jars = sorted((e.name, e.stat()) for e in entries)
+        except OSError:
+            jars = []
+        parts.extend(f"{name}:{st.st_size}:{st.st_mtime_ns}" for name, st in jars)
+        return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
+
+    @staticmethod
+    def _stamp(path: Path) -> str:
+        try:
+            st = path.stat()
+        except OSError:
+            return "-"
+        return f"{st.st_size}:{st.st_mtime_ns}"
+
+    def archive(self, key: str) -> Path:
+        return self.directory / f"driver-{key}.jsa"
+
+    def options(self, key: str, record: bool) -> tuple[list[str], Path | None, Path | None]:
+        """The JVM options of a launch: ``(options, archive it maps, class list it
+        writes)``. It maps the archive if there is one, else lists its classes if
+        ``record``, else neither."""
+        archive = self.archive(key)
+        if archive.is_file():
+            return [f"-XX:SharedArchiveFile={archive}"], archive, None
+        if not record:
+            return [], None, None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            log.warning("spark_class_archive_unavailable", directory=str(self.directory),
+                        error=str(exc))
+            return [], None, None
+        classes = self.directory / f"driver-{key}.{uuid.uuid4().hex[:12]}.classes"
+        return [f"-XX:DumpLoadedClassList={classes}"], None, classes
+
+    @property
+    def dumping(self) -> bool:
+        with self._lock:
+            return self._dump is not None
+
+    def dump(self, classes: Path, argv: Sequence[str]) -> bool:
+        """Start dumping the classes listed so far in ``classes`` into the archive that
+        list is for, in the background, with the java, class path and heap of the JVM
+        writing it (its command line ``argv``). The list is deleted. True if a dump
+        started.
+
+        The dump renames its output to the archive's name itself when the JVM making
+        it succeeds, so a daemon stopping in between leaves no half-made archive
+        behind (:meth:`close` stops the dump).
+        """
+        archive = self.directory / (classes.name.split(".", 1)[0] + ".jsa")
+        try:
+            text = classes.read_bytes()
+        except OSError:
+            return False
+        finally:
+            _unlink(classes)         # the JVM writes on to the unlinked file, unread
+        class_path, options = _jvm_launch(argv)
+        if not argv or not class_path or not text.strip() or archive.exists():
+            return False
+        listed, output, log_path = (self.directory / f".{classes.stem}.{suffix}"
+                                    for suffix in ("classlist", "jsa-tmp", "log"))
+        nice = shutil.which("nice")
+        command = [*([nice, "-n", "19"] if nice else []), argv[0], *options,
+                   "-Xshare:dump", f"-XX:SharedClassListFile={listed}",
+                   f"-XX:SharedArchiveFile={output}", "-cp", class_path]
+        with self._lock:
+            if self._dump is not None:
+                return False
+            try:
+                listed.write_bytes(text[:text.rfind(b"\n") + 1])   # whole lines only
+                with open(log_path, "wb") as out:
+                    process = subprocess.Popen(
+                        ["sh", "-c", _DUMP_SCRIPT, "sh", *command],
+                        env={**os.environ, "CDS_OUTPUT": str(output),
+                             "CDS_ARCHIVE": str(archive)},
+                        stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                        start_new_session=True, close_fds=True)
+            except OSError as exc:
+                log.warning("spark_class_archive_dump_failed", error=str(exc))
+                _unlink(listed)
+                return False
+            self._dump = (process, archive, output, listed, log_path)
+            self._dump_started = time.monotonic()
+        log.info("spark_class_archive_dumping", archive=str(archive), pid=process.pid)
+        return True
+
+    def poll(self) -> None:
+        """Reap a dump that has ended; kill one running longer than
+        :data:`CDS_DUMP_TIMEOUT_SECS`."""
+        with self._lock:
+            if self._dump is None:
+                return
+            process, archive, output, listed, log_path = self._dump
+            code = process.poll()
+            if code is None:
+                if time.monotonic() - self._dump_started < CDS_DUMP_TIMEOUT_SECS:
+                    return
+                _kill_group(process)
+                code = process.returncode
+            self._dump = None
+        for path in (listed, output):
+            _unlink(path)
+        if code == 0 and archive.is_file():
+            _unlink(log_path)
+            log.info("spark_class_archive_made", archive=str(archive))
+        else:
+            log.warning("spark_class_archive_dump_failed", exit=_exit_text(code),
+                        log=str(log_path))
+
+    def close(self) -> None:
+        """Stop a dump in progress (the archive is made again later)."""
+        with self._lock:
+            dump, self._dump = self._dump, None
+        if dump is not None:
+            process, _, output, listed, log_path = dump
+            _kill_group(process)
+            for path in (output, listed, log_path):
+                _unlink(path)
+
+    @staticmethod
+    def discard(archive: Path) -> None:
+        """Delete an archive a JVM crashed with."""
+        if _unlink(archive):
+            log.warning("spark_class_archive_discarded", archive=str(archive),
+                        reason="a JVM that mapped it crashed")
+
+
+#: Runs a class archive dump (its command line in the arguments) and renames what it
+#: wrote to the archive's name if it succeeded (a complete archive, or none: a
+#: truncated one would crash the JVMs mapping it).
+_DUMP_SCRIPT = ('if "$@"; then mv -f -- "$CDS_OUTPUT" "$CDS_ARCHIVE"; '
+                'else rm -f -- "$CDS_OUTPUT"; exit 1; fi')
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL to the process group of ``process`` (a session leader), then reap it."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    process.wait()
+
+
+def proc_cmdline(pid: int) -> list[str]:
+    """The command line of process ``pid`` (empty if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return []
+    return [a.decode("utf-8", "surrogateescape") for a in raw.split(b"\0") if a]
+
+
+def _jvm_launch(argv: Sequence[str]) -> tuple[str, list[str]]:
+    """From a JVM's command line: its class path, and the options a class archive
+    dumped for it must share (heap size, collector and compressed pointers, which
+    decide the object layout an archive is made for)."""
+    class_path, options = "", []
+    args = iter(argv[1:])
+    for arg in args:
+        if arg in ("-cp", "-classpath", "--class-path"):
+            class_path = next(args, "")
+        elif not arg.startswith("-"):
+            break                                       # the main class
+        elif arg.startswith("-Xmx") or _GC_OPTION.match(arg) or _POINTERS_OPTION.match(arg):
+            options.append(arg)
+    return class_path, options
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        path.unlink()
+    except OSError:
+        return False
+    return True
 
 
 # --- per topology --------------------------------------------------------------------
@@ -356,6 +698,8 @@ class _Run:
     pending_relaunch: bool = False     # a rebalance stopped it and has not relaunched
     launch_error: str = ""
     errors: list[tuple[str, str, int]] = field(default_factory=list)
+    class_archive: str = ""            # the class archive this launch maps
+    class_list: str = ""               # the list of classes this launch writes
     status_key: tuple[int, int, int] | None = None
     status_cache: RunState | None = None
 
@@ -368,7 +712,9 @@ class _Run:
                 "died_at": self.died_at, "restarts": self.restarts,
                 "last_failure": self.last_failure, "stopped": self.stopped,
                 "pending_relaunch": self.pending_relaunch,
-                "errors": [list(e) for e in self.errors]}
+                "errors": [list(e) for e in self.errors],
+                "class_archive": self.class_archive,
+                "class_list": self.class_list}
 
     def load(self, raw: dict[str, Any]) -> None:
         self.pid = int(raw.get("pid") or 0)
@@ -386,6 +732,8 @@ class _Run:
         self.stopped = bool(raw.get("stopped"))
         self.pending_relaunch = bool(raw.get("pending_relaunch"))
         self.errors = [(str(c), str(m), int(w)) for c, m, w in raw.get("errors") or []]
+        self.class_archive = str(raw.get("class_archive") or "")
+        self.class_list = str(raw.get("class_list") or "")
 
 
 class SparkLauncher:
@@ -398,6 +746,12 @@ class SparkLauncher:
         clock: wall-clock seconds, for restart waits and reported times.
         term_grace, monitor_secs, restart_backoff: see the module constants (tests
             shorten them).
+        cache_dir: where the mirror of Spark home (:func:`mirror_spark_home`) and
+            the driver JVM's class archives (:class:`ClassArchive`) are kept: a
+            directory, False for neither, or True (the default) for the configuration's
+            ``spark_cache_dir``, whose empty default is :func:`default_cache_dir` when
+            spark-submit is PySpark's own (a configured one may run another
+            installation) and none otherwise.
 
     Raises:
         LauncherError: no spark-submit to run (PySpark or Java missing).
@@ -408,7 +762,8 @@ class SparkLauncher:
     def __init__(self, config: NimbusConfig | None = None, *,
                  clock: Callable[[], float] = time.time,
                  term_grace: float = TERM_GRACE_SECS, monitor_secs: float = MONITOR_SECS,
-                 restart_backoff: float = RESTART_BACKOFF_SECS):
+                 restart_backoff: float = RESTART_BACKOFF_SECS,
+                 cache_dir: bool | Path = True):
         self.config = config if config is not None else NimbusConfig()
         self.clock = clock
         self.term_grace = term_grace
@@ -423,6 +778,17 @@ class SparkLauncher:
                 raise LauncherError("spark_submit is blank")
         else:
             self.submit = [str(self._default_submit())]
+        self.cache_dir = self._cache_dir(cache_dir)
+        if self.spark_home is None:
+            self.cache_dir = None
+        #: The SPARK_HOME of applications: the mirror, once made.
+        self.app_spark_home: Path | None = None
+        self._mirror_lock = threading.Lock()
+        self.class_archive: ClassArchive | None = None
+        java = java_binary()
+        if self.cache_dir is not None and self.spark_home is not None and java is not None:
+            self.class_archive = ClassArchive(self.cache_dir / CLASS_ARCHIVE_DIR,
+                                              self.spark_home, java)
         self._runs: dict[str, _Run] = {}
         self._runs_lock = threading.Lock()
         self._closed = threading.Event()
@@ -604,11 +970,15 @@ class SparkLauncher:
         monitor = self._monitor
         if monitor is not None and monitor is not threading.current_thread():
             monitor.join(10)
+        if self.class_archive is not None:
+            self.class_archive.close()
 
     # --- monitoring -----------------------------------------------------------------
     def check(self) -> None:
         """One pass of the monitor: notice dead applications and relaunch failed ones
         when it is time (the monitor thread calls this every ``monitor_secs``)."""
+        if self.class_archive is not None:
+            self.class_archive.poll()
         with self._runs_lock:
             runs = list(self._runs.values())
         for run in runs:
@@ -627,6 +997,7 @@ class SparkLauncher:
             return
         now = self.clock()
         if self._alive(run):
+            self._dump_class_archive(run)
             if run.restarts and now - run.launched_at > RESTART_RESET_SECS:
                 last = self._status_file(run)
                 if last is not None and last.state == "running":
@@ -644,6 +1015,18 @@ class SparkLauncher:
                 run.last_failure = self._failure(run, last)
                 run.restarts += 1
                 self._respawn(run, reason="restart")
+
+    def _dump_class_archive(self, run: _Run) -> None:
+        """Once an application listing its classes has run a batch (so the list holds
+        what starting one loads), dump them into the class archive."""
+        if not run.class_list or self.class_archive is None:
+            return
+        last = self._status_file(run)
+        if last is None or last.batch_id < 1 or last.state not in ("running", "paused"):
+            return
+        classes, run.class_list = Path(run.class_list), ""
+        self.class_archive.dump(classes, proc_cmdline(run.pid))
+        self._save(run)
 
     def _restartable(self, run: _Run, last: RunState | None) -> bool:
         return (self.config.restart_failed and not run.stopped
@@ -735,6 +1118,7 @@ class SparkLauncher:
                 message = self._failure(run, last)
                 run.errors = [*run.errors, (component, message, int(died_at))][-MAX_ERRORS:]
             run.died_at = died_at
+            self._class_archive_done(run)
         log.info("spark_app_exited", topology=run.topology_id, pid=run.pid,
                  exit=_exit_text(run.exit_code), state=last.state if last else None)
         try:
@@ -784,7 +1168,10 @@ class SparkLauncher:
             run.launch_error = f"the runner {SPARK_MAIN} is missing"
             raise LauncherError(f"the runner {SPARK_MAIN} is missing from this installation")
         ui_port = free_port()
-        command = self.command(run_spec, rd.root, ui_port, run.num_workers)
+        self._class_archive_done(run)               # what the last launch recorded
+        archive_options, archive, class_list = self._class_archive_options(run, run_spec)
+        command = self.command(run_spec, rd.root, ui_port, run.num_workers,
+                               archive=archive_options)
         rd.logs.mkdir(parents=True, exist_ok=True)
         # A new status.json comes from the new driver; an old one would be read as its.
         try:
@@ -829,6 +1216,8 @@ class SparkLauncher:
             run.launch_error = ""
             run.status_key = None
             run.status_cache = None
+            run.class_archive = str(archive or "")
+            run.class_list = str(class_list or "")
         self._save(run)
         log.info("spark_app_launched", topology=run.topology_id, pid=popen.pid,
                  reason=reason, ui_port=ui_port, master=self.config.spark_master)
@@ -843,14 +1232,15 @@ class SparkLauncher:
         return open(path, "ab")
 
     def command(self, run_spec: RunSpec, work_dir: Path, ui_port: int,
-                num_workers: int) -> list[str]:
+                num_workers: int, *, archive: Sequence[str] = ()) -> list[str]:
         """The spark-submit command line of one topology.
 
         Topology configuration keys starting with ``spark.`` are passed as ``--conf``
         (they override the launcher's, except ``spark.ui.port``). On a ``spark://``
         master the application takes as many cores as its most parallel component
         (``spark.cores.max``), in ``topology.workers`` executors, unless the topology
-        sets those confs itself.
+        sets those confs itself. The driver JVM's options (:func:`driver_java_options`,
+        with the class archive's ``archive``) are ``spark.driver.defaultJavaOptions``.
         """
         confs: dict[str, str] = {
             "spark.ui.port": str(ui_port),
@@ -859,9 +1249,10 @@ class SparkLauncher:
             "spark.ui.showConsoleProgress": "false",
             "spark.sql.streaming.metricsEnabled": "true",
         }
-        user = {k: v for k, v in ((k, _conf_value(v)) for k, v in run_spec.conf.items()
-                                  if isinstance(k, str) and k.startswith("spark."))
-                if v is not None and k not in RESERVED_CONFS}
+        user = self._user_confs(run_spec)
+        java_options = driver_java_options(self._java_tokens(user), archive)
+        if java_options:
+            confs[DEFAULT_JAVA_OPTIONS] = shlex.join(java_options)
         if self.config.spark_master.startswith("spark://"):
             cores_max = user.get("spark.cores.max") or str(
                 max([c.parallelism for c in run_spec.components.values()] or [1]))
@@ -878,16 +1269,93 @@ class SparkLauncher:
         return [*args, "--py-files", str(work_dir / "code.zip"), str(SPARK_MAIN),
                 "--workdir", str(work_dir)]
 
+    def _cache_dir(self, given: bool | Path) -> Path | None:
+        """The cache directory (see ``cache_dir`` in the class docstring)."""
+        if isinstance(given, Path):
+            return given
+        setting = self.config.spark_cache_dir
+        if not given or setting == "off":
+            return None
+        if setting:
+            return Path(setting).expanduser()
+        return None if self.config.spark_submit else default_cache_dir()
+
+    @staticmethod
+    def _user_confs(run_spec: RunSpec) -> dict[str, str]:
+        """The topology's ``spark.*`` settings the launcher passes on."""
+        return {k: v for k, v in ((k, _conf_value(v)) for k, v in run_spec.conf.items()
+                                  if isinstance(k, str) and k.startswith("spark."))
+                if v is not None and k not in RESERVED_CONFS}
+
+    @staticmethod
+    def _java_tokens(user: Mapping[str, str]) -> list[str]:
+        """The driver JVM options that are not the launcher's: the topology's
+        ``spark.driver.extraJavaOptions`` and the ``java`` launcher's variables."""
+        texts = [user.get(EXTRA_JAVA_OPTIONS, "")]
+        texts += [os.environ.get(name, "") for name in JAVA_OPTION_VARIABLES]
+        return [token for text in texts for token in _option_tokens(text)]
+
+    def _class_archive_options(self, run: _Run, run_spec: RunSpec
+                               ) -> tuple[list[str], Path | None, Path | None]:
+        """``(options, archive mapped, class list written)`` of the next launch of
+        ``run`` (:class:`ClassArchive`): none when the topology sets the driver's
+        default options or class data sharing options of its own."""
+        user = self._user_confs(run_spec)
+        tokens = self._java_tokens(user)
+        if self.class_archive is None or DEFAULT_JAVA_OPTIONS in user \
+                or any(_CDS_OPTION.match(token) for token in tokens):
+            return [], None, None
+        # What decides the layout of objects an archive holds (not, say, -D options).
+        layout = [*[t for t in tokens if t.startswith("-Xmx") or _GC_OPTION.match(t)
+                    or _POINTERS_OPTION.match(t)], user.get("spark.driver.memory", "")]
+        key = self.class_archive.key(str(self._spark_home()),
+                                     user.get("spark.driver.extraClassPath", ""), layout)
+        with self._runs_lock:
+            others = [r for r in self._runs.values() if r is not run]
+        listing = self.class_archive.dumping or any(r.class_list and self._alive(r)
+                                                    for r in others)
+        return self.class_archive.options(key, record=not listing)
+
+    def _class_archive_done(self, run: _Run) -> None:
+        """``run``'s JVM is gone: delete its class list, and the archive it mapped if
+        it crashed."""
+        if run.class_list:
+            _unlink(Path(run.class_list))
+        elif run.class_archive and run.exit_code != 0 and any(
+                JVM_CRASH in line for line in _launch_stderr(run.dir.logs / "stderr")):
+            ClassArchive.discard(Path(run.class_archive))
+        run.class_list = ""
+        run.class_archive = ""
+
+    def _spark_home(self) -> Path | None:
+        """The application's SPARK_HOME: the mirror of PySpark's directory
+        (:func:`mirror_spark_home`) in the cache directory, or without one PySpark's
+        directory itself."""
+        if self.spark_home is None or self.cache_dir is None:
+            return self.spark_home
+        with self._mirror_lock:
+            if self.app_spark_home is None:
+                try:
+                    self.app_spark_home = mirror_spark_home(self.spark_home,
+                                                            self.cache_dir / MIRROR_DIR)
+                except OSError as exc:
+                    log.warning("spark_home_mirror_failed", error=str(exc),
+                                spark_home=str(self.spark_home))
+                    return self.spark_home      # and try again at the next launch
+            return self.app_spark_home
+
     def environment(self, work_dir: Path) -> dict[str, str]:
         """The application's environment: this Python for the driver and workers, this
-        PySpark as SPARK_HOME, loopback, and the topology's code on PYTHONPATH (the
-        driver-side Python data source runner does not see ``--py-files``)."""
+        PySpark as SPARK_HOME (its mirror: :meth:`_spark_home`), loopback, and the
+        topology's code on PYTHONPATH (the driver-side Python data source runner does
+        not see ``--py-files``)."""
         env = dict(os.environ)
         env["PYSPARK_PYTHON"] = sys.executable
         env["PYSPARK_DRIVER_PYTHON"] = sys.executable
         env["SPARK_LOCAL_IP"] = LOCAL_HOST
-        if self.spark_home is not None:
-            env["SPARK_HOME"] = str(self.spark_home)
+        home = self._spark_home()
+        if home is not None:
+            env["SPARK_HOME"] = str(home)
         path = [str(work_dir / "code"), str(PACKAGE_ROOT)]
         if env.get("PYTHONPATH"):
             path.append(env["PYTHONPATH"])

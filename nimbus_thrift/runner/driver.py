@@ -5,8 +5,8 @@
     spark-submit [--conf ...] nimbus_thrift/runner/spark_main.py --workdir DIR
 
 reads ``DIR/spec.json``, puts ``DIR/code`` on ``sys.path``, starts the topology's one
-streaming query (checkpoint in ``DIR/checkpoint``) and then, about every 0.5 s,
-writes ``DIR/status.json`` and reads ``DIR/control``:
+streaming query (checkpoint in ``DIR/checkpoint``) and then, about every 0.5 s (0.1 s
+until the first batch is done), writes ``DIR/status.json`` and reads ``DIR/control``:
 
 ================  ===========================================================
 control           effect
@@ -45,6 +45,8 @@ from .spec import RunSpec
 
 #: Seconds between status writes and control polls.
 POLL_S = 0.5
+#: ... until the first batch is done, so that "running" is seen as soon as it is.
+STARTING_POLL_S = 0.1
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -164,7 +166,8 @@ def _run(spark: Any, spec: RunSpec, run_dir: RunDir, status: Status,
         status.write(state=state, **now)
         try:
             # PySpark takes float seconds (it checks int or float) but types int.
-            query.awaitTermination(POLL_S)  # type: ignore[arg-type]
+            pause = STARTING_POLL_S if state == "starting" else POLL_S
+            query.awaitTermination(pause)  # type: ignore[arg-type]
         except Exception:
             break           # failed: reported below
     failure = run.failure()

@@ -13,10 +13,15 @@ One source per spout, one partition per spout task with new offsets. Offsets are
 
 The pause switch is the work directory's ``control`` file, read in ``latestOffset``:
 while it says ``paused`` the offsets stay put and Spark plans no batch.
+
+The first batch of a new query waits a little for the spouts to have data (see
+:data:`FIRST_BATCH_WAIT_S`): Spark runs batch 0 even with nothing in it, and batch 0 is
+the slow one.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -29,6 +34,17 @@ from pyspark.sql.types import StructType
 from .execute import SpoutTask, UserCodeError, new_instance, user_error
 from .plan import Node
 from .rundir import RunDir
+
+
+#: A new query's first ``latestOffset`` polls the spouts for up to this long while none
+#: has data. Spark runs batch 0 even when it is empty, and batch 0 is the slowest batch
+#: (Python workers start, state stores open: 3-7 s on 2 vCPUs), so an empty one puts
+#: the first output a whole batch later. Spouts created in that call (the word count's,
+#: paced by the clock) have data within milliseconds; one with nothing to read costs
+#: this once per query start.
+FIRST_BATCH_WAIT_S = 1.0
+#: ... polling this often.
+FIRST_BATCH_POLL_S = 0.01
 
 
 class SpoutPartition(InputPartition):
@@ -50,6 +66,7 @@ class SpoutReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.accumulator: Any = source.accumulator
         self._spouts: dict[int, Any] | None = None     # driver side only, not pickled
         self._target: dict[str, int] | None = None     # availableNow: the end to reach
+        self._waited = False            # the first batch's wait for data is done
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -88,15 +105,23 @@ class SpoutReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.pausable and RunDir(Path(self.work_dir)).control_state() == "paused":
             return end
         cap = None if isinstance(limit, ReadAllAvailable) else self.max_batch
-        for task, available in self._available().items():
-            if available is None:
-                continue
-            if self._target is not None:
-                available = min(available, self._target.get(task, 0))
-            if cap is not None:
-                available = min(available, end[task] + cap)
-            end[task] = max(end[task], available)     # never backwards
-        return end
+        # Only before the first batch of a query (its start is the initial offset) and
+        # only once: a query restarted from its checkpoint runs no empty batch 0.
+        wait = not self._waited and self._target is None and start == self.initialOffset()
+        self._waited = True
+        deadline = time.monotonic() + FIRST_BATCH_WAIT_S
+        while True:
+            for task, available in self._available().items():
+                if available is None:
+                    continue
+                if self._target is not None:
+                    available = min(available, self._target.get(task, 0))
+                if cap is not None:
+                    available = min(available, end[task] + cap)
+                end[task] = max(end[task], available)     # never backwards
+            if not wait or end != start or time.monotonic() >= deadline:
+                return end
+            time.sleep(FIRST_BATCH_POLL_S)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         return [SpoutPartition(int(t), start.get(t, 0), e) for t, e in sorted(end.items())
