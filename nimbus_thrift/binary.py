@@ -10,13 +10,15 @@ Why our own decoder: thriftpy2's Cython reader trusts lengths read off the wire 
 30-byte frame declaring a 2 GiB string makes it malloc 2 GiB and copy uninitialised
 memory; a list declaring 2**31 elements loops for minutes holding the GIL). Every
 length here is checked against the bytes left in the frame before anything is made,
-and nesting is capped. Replies are built from trusted handler values, so encoding
-uses thriftpy2's fast Cython writer.
+and nesting is capped. Replies are built from trusted handler values: they are
+encoded in C (_wire.c) as thriftpy2's Cython writer would, byte for byte, and by that
+writer itself whenever the C code is unsure (it then also raises the errors).
 """
 
 from __future__ import annotations
 
 import struct
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -37,7 +39,7 @@ except ImportError:  # pragma: no cover - exercised only without the C extension
     from thriftpy2.transport import memory as _memory
     _Protocol, _Buffer = _pybinary.TBinaryProtocol, _memory.TMemoryBuffer
 
-try:  # The C fast path of the decoder (_wire.c); this module keeps every error.
+try:  # The C fast paths of the decoder and encoder (_wire.c); this module keeps every error.
     from . import _wire
 except ImportError:  # pragma: no cover - exercised only without the C extension
     _wire = None  # type: ignore[assignment]
@@ -440,23 +442,30 @@ _C_KINDS = {TType.BOOL: 0, TType.BYTE: 1, TType.I16: 2, TType.I32: 3, TType.I64:
 
 
 def c_plan(cls: type, _plans: dict[type, Any] | None = None) -> list[Any] | None:
-    """The plan _wire.c decodes ``cls`` with (its layout is described there), or None
-    without the C module or for a spec it does not know (then Python decodes)."""
+    """The plan _wire.c decodes and encodes ``cls`` with (its layout is described
+    there), or None without the C module or for a spec it does not know (then Python
+    decodes and thriftpy2 encodes)."""
     if _wire is None:
         return None
     plans: dict[type, Any] = {} if _plans is None else _plans
     if cls in plans:
         return plans[cls]                        # recursive structs share one plan
     fields: dict[int, tuple[str, int, Any]] = {}
-    plan = [cls, fields]
+    order: list[tuple[str, int, Any, int, int]] = []
+    plan: list[Any] = [cls, fields]
     plans[cls] = plan
     try:
+        # thrift_spec's order is the order thriftpy2's writer puts fields on the wire.
         for fid, entry in cls.thrift_spec.items():  # type: ignore[attr-defined]
             ttype, name = entry[0], entry[1]
             kind, sub = _c_element(ttype, entry[2] if len(entry) > 3 else None, plans)
-            fields[fid * 256 + _wire_type(ttype)] = (name, kind, sub)
+            wire = _wire_type(ttype)
+            fields[fid * 256 + wire] = (name, kind, sub)
+            # Interned: C's attribute lookups then find the name by identity.
+            order.append((sys.intern(name), kind, sub, fid, wire))
     except (KeyError, TypeError, AttributeError):
         return None
+    plan.append(tuple(order))
     return plan
 
 
@@ -500,16 +509,72 @@ def frame_header(size: int) -> bytes:
     return _U32.pack(size)
 
 
-_writers = threading.local()
+_ENCODE_PLANS: dict[type, list[Any] | None] = {}
+#: Bound once: these functions run once per reply.
+_c_encode_message: Any = getattr(_wire, "encode_message", None)
+
+
+def _encode_plan(cls: type) -> list[Any] | None:
+    """The C plan payloads of class ``cls`` are encoded with, made once per class (None:
+    thriftpy2 encodes them)."""
+    try:
+        return _ENCODE_PLANS[cls]
+    except KeyError:
+        pass
+    try:
+        plan = c_plan(cls)
+    except Exception:  # noqa: BLE001 - any payload reaches here; thriftpy2 says what is wrong
+        plan = None
+    _ENCODE_PLANS[cls] = plan
+    return plan
+
+
+def encode_framed_message(name: str, mtype: int, seqid: int, payload: Any) -> bytes:
+    """What :func:`encode_message` returns, behind its 4-byte frame length: one whole
+    frame, ready to send.
+
+    Raises what :func:`encode_message` raises.
+    """
+    # C writes thriftpy2's bytes or, on any value it does not take as thriftpy2 would,
+    # returns None: then thriftpy2 writes them, or raises the precise error. (There is
+    # no plan without the C module.)
+    try:
+        plan = _ENCODE_PLANS[payload.__class__]
+    except KeyError:
+        plan = _encode_plan(payload.__class__)
+    if plan is not None:
+        framed = _c_encode_message(name, mtype, seqid, payload, plan)
+        if framed is not None:
+            return framed
+    body = _encode_thriftpy2(name, mtype, seqid, payload)
+    return _U32.pack(len(body)) + body
 
 
 def encode_message(name: str, mtype: int, seqid: int, payload: Any) -> bytes:
     """A strict message header followed by ``payload`` (a thriftpy2 struct or
-    ``TApplicationException``), as the bytes of one frame's payload (no length prefix).
+    ``TApplicationException``), as the bytes of one frame's payload (no length prefix),
+    exactly as thriftpy2's writer makes them.
 
     Raises whatever the writer raises when ``payload`` holds a value that does not
     match its spec (the dispatcher maps that to INTERNAL_ERROR).
     """
+    try:
+        plan = _ENCODE_PLANS[payload.__class__]
+    except KeyError:
+        plan = _encode_plan(payload.__class__)
+    if plan is not None:
+        body = _c_encode_message(name, mtype, seqid, payload, plan, False)
+        if body is not None:
+            return body
+    return _encode_thriftpy2(name, mtype, seqid, payload)
+
+
+_writers = threading.local()
+
+
+def _encode_thriftpy2(name: str, mtype: int, seqid: int, payload: Any) -> bytes:
+    """encode_message with thriftpy2's writer: the reference the C encoder matches, and
+    the one that raises on values that do not match the spec."""
     try:
         buf, proto = _writers.pair
     except AttributeError:  # first use on this thread: one writer per thread, reused
@@ -534,18 +599,27 @@ _SUCCESS_STRING_FIELD = _FIELD.pack(TType.STRING, 0)
 
 def encode_large_reply(name: str, seqid: int, value: str | bytes | bytearray) -> list[bytes]:
     """A REPLY whose result struct holds only ``success`` = ``value`` (a string or
-    binary), as ``[header, value, stop]`` buffers to send back to back."""
+    binary), as ``[frame length and header, value, stop]``: one frame in three buffers
+    to send back to back."""
     data = value.encode("utf-8") if isinstance(value, str) else value
     name_bytes = name.encode("utf-8")
     head = b"".join((_HEADER_STRICT.pack(VERSION_1 | REPLY, len(name_bytes)), name_bytes,
                      _I32.pack(seqid), _SUCCESS_STRING_FIELD, _I32.pack(len(data))))
-    return [head, bytes(data) if isinstance(data, bytearray) else data, b"\x00"]
+    return [_U32.pack(len(head) + len(data) + 1) + head,
+            bytes(data) if isinstance(data, bytearray) else data, b"\x00"]
 
 
 def encode_application_exception(name: str, seqid: int, message: str, code: int) -> bytes:
     """An EXCEPTION message carrying ``TApplicationException(code, message)``."""
     return encode_message(name, EXCEPTION, seqid,
                           TApplicationException(type=int(code), message=message))
+
+
+def encode_framed_application_exception(name: str, seqid: int, message: str,
+                                        code: int) -> bytes:
+    """What :func:`encode_application_exception` returns, behind its frame length."""
+    return encode_framed_message(name, EXCEPTION, seqid,
+                                 TApplicationException(type=int(code), message=message))
 
 
 assert _wire is None or _wire.MAX_DEPTH == MAX_DEPTH

@@ -46,6 +46,10 @@ _LENGTH = struct.Struct(">i")
 
 
 class State(enum.Enum):
+    # Identity hashing: Enum's own __hash__ is Python code (hash of the name), and the
+    # transition table is looked up with (State, Event) keys on every request.
+    __hash__ = object.__hash__
+
     READING_HEADER = "reading a frame length"
     AWAITING_MEMORY = "waiting for read-buffer memory"
     READING_FRAME = "reading a frame"
@@ -56,6 +60,8 @@ class State(enum.Enum):
 
 
 class Event(enum.Enum):
+    __hash__ = object.__hash__      # as State's
+
     FRAME_ADMITTED = "frame admitted"
     FRAME_PARKED = "frame parked"
     MEMORY_GRANTED = "memory granted"
@@ -90,6 +96,10 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
 _ONE_READ_FRAME = TRANSITIONS[(TRANSITIONS[(S.READING_HEADER, E.FRAME_ADMITTED)],
                                E.FRAME_COMPLETE)]
 assert _ONE_READ_FRAME is S.PROCESSING
+#: Where a request whose reply went out whole at once lands: Connection.answered()
+#: applies REPLY_READY then REPLY_SENT in one step.
+_ANSWERED = TRANSITIONS[(TRANSITIONS[(S.PROCESSING, E.REPLY_READY)], E.REPLY_SENT)]
+assert _ANSWERED is S.READING_HEADER
 
 
 class IllegalTransition(AssertionError):
@@ -142,7 +152,7 @@ class Connection:
 
     __slots__ = ("peer", "budget", "max_frame_size", "state", "hdr", "frame", "pos",
                  "size", "leftover", "held", "need", "partial", "last_activity",
-                 "frame_started", "fd", "sock", "out", "out_size", "write_started",
+                 "frame_started", "fd", "sock", "io", "out", "out_size", "write_started",
                  "interest", "refusal", "refused_call", "peer_gone", "closing",
                  "linger_until")
 
@@ -165,6 +175,7 @@ class Connection:
         # Fields the I/O shell owns; kept here so one object describes a connection.
         self.fd = -1
         self.sock: object = None
+        self.io: object = None         # what fastio's calls take: the fd, or the socket
         self.out: list[Buffer] = []
         self.out_size = 0
         self.write_started = 0.0
@@ -323,6 +334,20 @@ class Connection:
         self._give_back(self.size)
         self.size = 0
         self.pos = 0
+
+    def answered(self) -> None:
+        """The request's reply was ready and went out whole: :meth:`request_done`,
+        then REPLY_READY and REPLY_SENT (PROCESSING -> READING_HEADER) in one step, the
+        common end of a request."""
+        if self.state is not S.PROCESSING:
+            raise IllegalTransition(f"{self.state.name} has no transition on "
+                                    f"{E.REPLY_READY.name} ({self.peer})")
+        self.frame = None
+        size, self.size, self.pos = self.size, 0, 0
+        if size:
+            self.held -= size
+            self.budget.release(size)
+        self.state = _ANSWERED
 
     def close(self) -> int:
         """Close: unpark, release everything still held; return the bytes released."""

@@ -13,6 +13,7 @@ Runs on worker threads; knows nothing of sockets or the selector.
 from __future__ import annotations
 
 import enum
+import operator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
@@ -27,8 +28,9 @@ from .errors import (AppErrorCode, DecodeError, InvalidMessageTypeError, Request
 
 log = structlog.get_logger("nimbus_thrift.dispatch")
 
-#: A reply payload: one bytes object, or a list of buffers to send back to back
-#: (large string/binary results, sent without joining them).
+#: A reply: one whole frame (the 4-byte length, then the message) as one bytes object,
+#: or as a list of buffers to send back to back (large string/binary results, sent
+#: without joining them).
 Reply = bytes | list[bytes]
 
 #: Multiplexed names are "Service:method", split at the first separator (as Java does).
@@ -61,6 +63,10 @@ class Method:
     large_result: bool = False
     #: binary.struct_reader(args_cls), resolved once.
     read_args: Callable[[Any, int, int], tuple[Any, int]] | None = None
+    #: The handler's arguments from a decoded args struct: the value itself for one
+    #: argument (``unpack_args`` False), else a tuple.
+    get_args: Callable[[Any], Any] = tuple
+    unpack_args: bool = True
 
 
 def _methods_of(service: ModuleType | type, handler: object, label: str
@@ -77,18 +83,24 @@ def _methods_of(service: ModuleType | type, handler: object, label: str
             missing.append(name)
             func = None
         success = result_cls.thrift_spec.get(0)
+        arg_names = tuple(entry[1] for _, entry in sorted(args_cls.thrift_spec.items()))
         methods[name] = Method(
             service=label, name=name, args_cls=args_cls, result_cls=result_cls,
             oneway=bool(getattr(result_cls, "oneway", False)),
-            arg_names=tuple(entry[1] for _, entry in sorted(args_cls.thrift_spec.items())),
-            declared=declared, func=func,
+            arg_names=arg_names, declared=declared, func=func,
             large_result=success is not None and success[0] in binary.STRING_TYPES,
-            read_args=binary.struct_reader(args_cls))
+            read_args=binary.struct_reader(args_cls),
+            get_args=operator.attrgetter(*arg_names) if arg_names else _no_args,
+            unpack_args=len(arg_names) != 1)
     if missing:
         log.warning("handler_incomplete", service=label, handler=type(handler).__name__,
                     missing=missing,
                     effect="calls to these methods get UNKNOWN_METHOD")
     return methods
+
+
+def _no_args(args: Any) -> tuple[()]:
+    return ()
 
 
 class Dispatcher:
@@ -117,6 +129,11 @@ class Dispatcher:
                                  f"and contain no {SEPARATOR!r}")
         if self.default is None and not self.services:
             raise ValueError("nothing to serve: give a service and handler, or services=")
+        #: Methods a CALL reaches by its bare name with nothing to check first: the
+        #: default service's two-way methods that have a handler (a name with the
+        #: separator is never among them).
+        self._direct = {name: method for name, method in (self.default or {}).items()
+                        if method.func is not None and not method.oneway}
 
     # ------------------------------------------------------------------ lookup
 
@@ -145,8 +162,8 @@ class Dispatcher:
     # ------------------------------------------------------------------ dispatch
 
     def dispatch(self, frame: bytes | bytearray, peer: str) -> tuple[Reply | None, Status]:
-        """Process one frame's payload; return (reply payload or None, status). The
-        payload is bytes, or a list of buffers for a large string/binary result.
+        """Process one frame's payload; return (reply frame or None, status). The
+        reply is a whole frame (see :data:`Reply`).
 
         Never raises: every failure becomes a reply, a log line, or Status.CLOSE.
         """
@@ -163,6 +180,18 @@ class Dispatcher:
         name, mtype, seqid = header.name, header.type, header.seqid
         token = REQUEST.set((peer, name, seqid))
         try:
+            # The common case in fewer steps: a CALL of a default-service method whose
+            # arguments decode. Anything else (or a decoding error, decoded again
+            # there to report it) takes the general path.
+            method = self._direct.get(name) if mtype == binary.CALL else None
+            if method is not None:
+                assert method.read_args is not None
+                try:
+                    args, _ = method.read_args(frame, header.end, len(frame))
+                except RequestError:
+                    pass
+                else:
+                    return self._call(method, args, name, seqid)
             return self._dispatch(frame, header, name, mtype, seqid)
         finally:
             REQUEST.reset(token)
@@ -191,21 +220,22 @@ class Dispatcher:
                         effect="nothing sent (oneway)" if oneway else "TApplicationException")
             if oneway:
                 return None, Status.FAILED
-            return binary.encode_application_exception(
+            return binary.encode_framed_application_exception(
                 reply_name, seqid, str(exc), exc.code), Status.FAILED
         return self._call(method, args, reply_name, seqid)
 
     def _call(self, method: Method, args: Any, name: str, seqid: int
               ) -> tuple[Reply | None, Status]:
-        values = args.__dict__
         assert method.func is not None
         try:
-            value = method.func(*map(values.__getitem__, method.arg_names))
+            value = method.func(*method.get_args(args)) if method.unpack_args \
+                else method.func(method.get_args(args))
         except TApplicationException as exc:  # the handler chose the code itself
             log.info("handler_application_exception", code=exc.type, error=exc.message)
             if method.oneway:
                 return None, Status.FAILED
-            return binary.encode_message(name, binary.EXCEPTION, seqid, exc), Status.FAILED
+            return binary.encode_framed_message(name, binary.EXCEPTION, seqid, exc), \
+                Status.FAILED
         except BaseException as exc:  # noqa: BLE001 - even SystemExit must not kill a worker
             for field, exc_cls in method.declared:
                 if isinstance(exc, exc_cls):
@@ -218,7 +248,7 @@ class Dispatcher:
                       effect="nothing sent (oneway)" if method.oneway else "INTERNAL_ERROR")
             if method.oneway:
                 return None, Status.FAILED
-            return binary.encode_application_exception(
+            return binary.encode_framed_application_exception(
                 name, seqid,
                 f"Internal error processing {name}: {type(exc).__name__}: {exc}",
                 AppErrorCode.INTERNAL_ERROR), Status.FAILED
@@ -238,17 +268,17 @@ class Dispatcher:
                 if isinstance(value, (str, bytes, bytearray)) and \
                         len(value) >= binary.LARGE_VALUE:
                     return binary.encode_large_reply(name, seqid, value), status
-            return binary.encode_message(name, binary.REPLY, seqid, result), status
+            return binary.encode_framed_message(name, binary.REPLY, seqid, result), status
         except Exception as exc:
             log.error("reply_encode_failed", exc_info=exc, effect="INTERNAL_ERROR")
-            return binary.encode_application_exception(
+            return binary.encode_framed_application_exception(
                 name, seqid,
                 f"Internal error processing {name}: the handler's result does not match "
                 f"the IDL ({type(exc).__name__}: {exc})",
                 AppErrorCode.INTERNAL_ERROR), Status.FAILED
 
     def overload_reply(self, frame: bytes | bytearray, message: str) -> bytes | None:
-        """The reply for a request refused because the worker queue is full, or None when
+        """The reply frame for a request refused because the worker queue is full, or None when
         the request is oneway or its header is unreadable (the worker would close)."""
         try:
             header = binary.read_message_header(frame, self.strict_read)
@@ -258,5 +288,5 @@ class Dispatcher:
             return None
         name = header.name.partition(SEPARATOR)[2] if SEPARATOR in header.name \
             and self.services else header.name
-        return binary.encode_application_exception(
+        return binary.encode_framed_application_exception(
             name, header.seqid, message, AppErrorCode.INTERNAL_ERROR)

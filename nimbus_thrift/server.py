@@ -33,12 +33,12 @@ from . import binary
 from .connection import SCRATCH_SIZE, Connection, Event, State
 from .dispatch import Dispatcher, Reply, Status
 from .errors import AppErrorCode, FrameSizeError, NotThriftError, OverloadedError
-from .fastio import poll, recv_into, send, sendmsg
+from .fastio import ACCELERATED, poll, recv_into, send, sendmsg
 from .memory import MemoryBudget
 from .metrics import MetricsSnapshot, ServerState
 from .options import OptionError, ServerOptions
 from .wakeup import Wakeup
-from .workers import WorkerPool
+from .workers import STALL_SECS, WorkerPool
 
 log = structlog.get_logger("nimbus_thrift.server")
 
@@ -46,15 +46,20 @@ _EPOLLIN = select.EPOLLIN
 _EPOLLOUT = select.EPOLLOUT
 _EPOLL_FAIL = select.EPOLLHUP | select.EPOLLERR
 
+# Module-level names for the hot path (a global lookup instead of two attribute ones).
+_READING_HEADER = State.READING_HEADER
+_READING_FRAME = State.READING_FRAME
+_CLOSED = State.CLOSED
+_FRAME_COMPLETE = Event.FRAME_COMPLETE
+_FAILED = Status.FAILED
+_CLOSE = Status.CLOSE
+
 #: Replies written per selector pass before the loop polls sockets again.
 _MAX_COMPLETIONS_PER_PASS = 1024
 #: Connections accepted per pass, so a connection storm cannot stall existing clients.
 _MAX_ACCEPTS_PER_PASS = 64
 #: Events taken from epoll per pass.
 _MAX_EVENTS = 1024
-#: Below this a reply is joined to its length prefix and sent with send(); above it,
-#: sendmsg() sends both without copying the payload.
-_JOIN_BELOW = 64 * 1024
 #: Buffers handed to one sendmsg() call (well under IOV_MAX).
 _IOV_BATCH = 64
 #: After an error reply, how long to keep reading (and discarding) before closing, so
@@ -103,8 +108,10 @@ class Server:
             listener.setblocking(False)
             self._listener = listener
             self._wakeup = Wakeup()
+            # Watched: the selector checks for stalled handlers (see workers.py).
             self._pool = WorkerPool(self.options.worker_threads,
-                                    self.options.worker_queue_size, self._run_task)
+                                    self.options.worker_queue_size, self._run_task,
+                                    watched=True)
             addr = listener.getsockname()
             self.address = (addr[0], addr[1])
             log.info("listening", host=addr[0], port=addr[1],
@@ -202,7 +209,7 @@ class Server:
             reply, status = None, Status.CLOSE
         unsent: Any = None
         if reply is not None and status is not Status.CLOSE:
-            unsent = _send_now(conn.sock, reply)
+            unsent = _send_now(conn.io, reply)
         with self._finish_lock:
             if self._finished:
                 conn.sock.close()  # the selector is gone; nobody else will
@@ -254,6 +261,7 @@ class Server:
         self._listener_paused_until = 0.0
         draining = False
         batch: list[tuple[Connection, Any]] = []
+        now = time.monotonic()
         while True:
             # Sleep only when nothing is queued for us; workers then wake us (once).
             wakeup.sleeping = True
@@ -268,9 +276,11 @@ class Server:
                 timeout = max(0.0, next_sweep - time.monotonic())
             else:
                 timeout = -1
+            if pool.depth and not 0 <= timeout <= STALL_SECS:
+                timeout = STALL_SECS    # the pool is watched: see workers.py
             # The wake-up for the tasks submitted last pass goes out inside poll, after
             # the GIL is released (see workers.py).
-            events = poll(ep, timeout, _MAX_EVENTS, pool.claim_wake())
+            events = poll(ep, timeout, _MAX_EVENTS, pool.claim_wake(now))
             wakeup.sleeping = False
             now = time.monotonic()
 
@@ -282,7 +292,11 @@ class Server:
             for fd, mask in events:
                 conn = conns.get(fd)
                 if conn is not None:
-                    self._on_event(conn, mask, now, batch)
+                    st = conn.state
+                    if st is _READING_HEADER or st is _READING_FRAME:
+                        self._read(conn, now, batch)    # the common event, one call less
+                    else:
+                        self._on_event(conn, mask, now, batch)
                 elif fd == listen_fd:
                     self._accept(listener, now)
                 elif fd == wake_fd:
@@ -310,13 +324,23 @@ class Server:
                   batch: list[tuple[Connection, Any]]) -> None:
         """Book the outcomes workers queued: release frames, move connections on."""
         state = self._state
+        stopping = self._stop_requested
         for _ in range(min(len(done), _MAX_COMPLETIONS_PER_PASS)):
             conn, unsent, status, replied = done.popleft()
             state.requests_completed += 1
-            if status >= Status.FAILED:
+            if status >= _FAILED:
                 state.requests_failed += 1
-            if conn.state is State.CLOSED:
+            if conn.state is _CLOSED:
                 continue  # closed at stop
+            if replied and not unsent and status is not _CLOSE and not conn.peer_gone \
+                    and not conn.closing and not stopping:
+                # The common case: the worker wrote the whole reply. What _reply_sent
+                # does, in one step.
+                conn.answered()
+                conn.last_activity = now
+                if conn.leftover or conn.interest != _EPOLLIN:
+                    self._resume_reading(conn, now, batch)
+                continue
             conn.request_done()
             if status is Status.CLOSE or unsent is _WRITE_FAILED or \
                     (conn.peer_gone and not unsent):
@@ -370,6 +394,8 @@ class Server:
             conn = Connection(peer, self._budget, opts.max_frame_size, now)
             conn.sock = sock
             conn.fd = sock.fileno()
+            # fastio's C calls take the descriptor (no fileno() call per recv and send).
+            conn.io = conn.fd if ACCELERATED else sock
             conn.interest = _EPOLLIN
             self._ep.register(conn.fd, _EPOLLIN)
             self._conns[conn.fd] = conn
@@ -400,18 +426,19 @@ class Server:
 
     def _read(self, conn: Connection, now: float,
               batch: list[tuple[Connection, Any]]) -> None:
-        sock: socket.socket = conn.sock  # type: ignore[assignment]
         try:
-            if conn.state is State.READING_HEADER:
-                limit = conn.header_read_limit()
-                n = recv_into(sock, self._scratch, limit)
+            if conn.state is _READING_HEADER:
+                n = recv_into(conn.io, self._scratch, conn.header_read_limit())
                 if n == 0:
                     self._eof(conn)
                     return
                 conn.last_activity = now
-                if not conn.mid_frame:
+                if not conn.hdr:
                     conn.frame_started = now
                 event = conn.received(self._scratch[:n])
+                if event is _FRAME_COMPLETE:
+                    batch.append((conn, conn.frame))
+                    return
                 if event is Event.FRAME_ADMITTED:
                     if not self._fill(conn):
                         return
@@ -431,10 +458,9 @@ class Server:
     def _fill(self, conn: Connection) -> bool:
         """Read into the frame buffer until it is complete (True) or the socket is dry.
         Raises OSError on a connection error; closes on EOF (returns False)."""
-        sock: socket.socket = conn.sock  # type: ignore[assignment]
         while conn.state is State.READING_FRAME:
             try:
-                n = recv_into(sock, conn.frame_view())
+                n = recv_into(conn.io, conn.frame_view())
             except (BlockingIOError, InterruptedError):
                 return False
             if n == 0:
@@ -474,7 +500,7 @@ class Server:
             log.warning("frame_refused", peer=conn.peer, size=error.size, limit=error.limit,
                         limit_name=error.what, method=name or None, seqid=seqid,
                         effect="TApplicationException, then close")
-            reply = binary.encode_application_exception(
+            reply = binary.encode_framed_application_exception(
                 name, seqid, str(error), AppErrorCode.PROTOCOL_ERROR)
         elif isinstance(error, NotThriftError):
             log.warning("not_framed_thrift", peer=conn.peer, detected=error.kind,
@@ -534,7 +560,7 @@ class Server:
 
     def _queue_output(self, conn: Connection, payload: Reply, now: float) -> None:
         """Try to send a framed payload at once; keep what the socket did not take."""
-        unsent = _send_now(conn.sock, payload)
+        unsent = _send_now(conn.io, payload)
         if unsent is _WRITE_FAILED:
             conn.closing = True
             self._close(conn, "write failed: the client is gone")
@@ -545,10 +571,9 @@ class Server:
 
     def _flush(self, conn: Connection, now: float,
                batch: list[tuple[Connection, Any]]) -> None:
-        sock: socket.socket = conn.sock  # type: ignore[assignment]
         try:
             while conn.out:
-                sent = sendmsg(sock, conn.out[:_IOV_BATCH])
+                sent = sendmsg(conn.io, conn.out[:_IOV_BATCH])
                 conn.out = _unsent(conn.out, sent)
                 if conn.out:
                     return
@@ -619,10 +644,9 @@ class Server:
         self._set_interest(conn, _EPOLLIN)
 
     def _discard(self, conn: Connection, now: float) -> None:
-        sock: socket.socket = conn.sock  # type: ignore[assignment]
         try:
             while True:
-                n = recv_into(sock, self._scratch)
+                n = recv_into(conn.io, self._scratch)
                 if n == 0:
                     self._close(conn)
                     return
@@ -772,31 +796,25 @@ class Server:
 _WRITE_FAILED: list[Any] = [b"write failed"]
 
 
-def _send_now(sock: Any, reply: Reply) -> list[Any]:
-    """Frame and send ``reply`` on a nonblocking socket without waiting: return what the
-    socket did not take ([] when all went), or :data:`_WRITE_FAILED`."""
+def _send_now(io: Any, reply: Reply) -> list[Any]:
+    """Send the frame ``reply`` (see :data:`~nimbus_thrift.dispatch.Reply`) on a
+    nonblocking socket without waiting: return what the socket did not take ([] when
+    all went), or :data:`_WRITE_FAILED`."""
     if isinstance(reply, list):
-        size = sum(map(len, reply))
-        buffers = [binary.FRAME_HEADER.pack(size), *reply]
-    else:
-        size = len(reply)
-        if size < _JOIN_BELOW:
-            data = binary.FRAME_HEADER.pack(size) + reply
-            try:
-                sent = send(sock, data)
-            except (BlockingIOError, InterruptedError):
-                return [data]
-            except OSError:
-                return _WRITE_FAILED
-            return [] if sent == len(data) else [memoryview(data)[sent:]]
-        buffers = [binary.FRAME_HEADER.pack(size), reply]
+        try:
+            sent = sendmsg(io, reply)
+        except (BlockingIOError, InterruptedError):
+            return reply
+        except OSError:
+            return _WRITE_FAILED
+        return _unsent(reply, sent)
     try:
-        sent = sendmsg(sock, buffers)
+        sent = send(io, reply)
     except (BlockingIOError, InterruptedError):
-        return buffers
+        return [reply]
     except OSError:
         return _WRITE_FAILED
-    return [] if sent == size + 4 else _unsent(buffers, sent)
+    return [] if sent == len(reply) else [memoryview(reply)[sent:]]
 
 
 def _unsent(buffers: list[Any], sent: int) -> list[Any]:

@@ -243,3 +243,52 @@ def test_fastio_poll_writes_the_wake_fd_before_waiting(pools: list[WorkerPool]) 
     finally:
         ep.close()
     assert run.done.wait(WAIT)
+
+
+def _watch(pool: WorkerPool, until: threading.Event) -> int:
+    """Play the selector of a watched pool: claim and write wake-ups every 0.5 ms, with
+    the time, until ``until`` is set. Returns how many wake-ups it wrote."""
+    from nimbus_thrift.workers import wake_fd
+    woken = 0
+    deadline = time.monotonic() + WAIT
+    while not until.is_set() and time.monotonic() < deadline:
+        fd = pool.claim_wake(time.monotonic())
+        if fd >= 0:
+            wake_fd(fd)
+            woken += 1
+        until.wait(0.0005)
+    return woken
+
+
+def test_watched_pool_drains_fast_tasks_with_one_worker(pools: list[WorkerPool]) -> None:
+    # No cascade: one wake-up, one thread runs the whole batch.
+    run = Recorder(expected=200)
+    pool = WorkerPool(4, 1000, run, watched=True)
+    pools.append(pool)
+    _wait_for_idle(pool, 4)
+    pool.submit_many([("t", i) for i in range(200)], wake=False)
+    assert _watch(pool, run.done) == 1
+    assert len(run.threads) == 1
+
+
+def test_watched_pool_wakes_another_worker_past_a_blocked_handler(
+        pools: list[WorkerPool]) -> None:
+    from nimbus_thrift.workers import STALL_SECS
+    release = threading.Event()
+    run = Recorder(expected=20)
+    pool = WorkerPool(4, 100, run, watched=True)
+    pools.append(pool)
+    _wait_for_idle(pool, 4)
+    pool.submit_many([("block", release)] + [("quick", i) for i in range(20)], wake=False)
+    started = time.monotonic()
+    try:
+        woken = _watch(pool, run.done)
+        assert run.done.is_set(), "quick tasks waited behind the blocked one"
+        assert woken == 2                       # the first, then one for the stall
+        assert time.monotonic() - started >= STALL_SECS
+        assert ("block", release) not in run.counts
+    finally:
+        release.set()
+    assert pool.stop(timeout=WAIT) == 0
+    assert run.counts[("block", release)] == 1
+
