@@ -276,8 +276,10 @@ class Server:
                 timeout = max(0.0, next_sweep - time.monotonic())
             else:
                 timeout = -1
-            if pool.depth and not 0 <= timeout <= STALL_SECS:
-                timeout = STALL_SECS    # the pool is watched: see workers.py
+            if pool.depth and pool.sleeping and not 0 <= timeout <= STALL_SECS:
+                # The pool is watched (see workers.py): look again soon, while there is
+                # a worker to wake if the running ones have stalled.
+                timeout = STALL_SECS
             # The wake-up for the tasks submitted last pass goes out inside poll, after
             # the GIL is released (see workers.py).
             events = poll(ep, timeout, _MAX_EVENTS, pool.claim_wake(now))

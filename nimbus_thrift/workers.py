@@ -72,6 +72,11 @@ class WorkerPool:
         """Tasks queued and not yet taken by a worker."""
         return len(self._tasks)
 
+    @property
+    def sleeping(self) -> int:
+        """Workers parked, waiting for a wake-up."""
+        return len(self._idle)
+
     def room(self) -> int:
         """How many more tasks the queue accepts now."""
         return self.queue_size - len(self._tasks)
