@@ -558,10 +558,7 @@ def encode_message(name: str, mtype: int, seqid: int, payload: Any) -> bytes:
     Raises whatever the writer raises when ``payload`` holds a value that does not
     match its spec (the dispatcher maps that to INTERNAL_ERROR).
     """
-    try:
-        plan = _ENCODE_PLANS[payload.__class__]
-    except KeyError:
-        plan = _encode_plan(payload.__class__)
+    plan = _encode_plan(payload.__class__)
     if plan is not None:
         body = _c_encode_message(name, mtype, seqid, payload, plan, False)
         if body is not None:

@@ -331,7 +331,9 @@ class Connection:
         if self.state is State.CLOSED:
             return
         self.frame = None
-        self._give_back(self.size)
+        if self.size:       # _give_back, inline: this runs once per request
+            self.held -= self.size
+            self.budget.release(self.size)
         self.size = 0
         self.pos = 0
 
@@ -342,11 +344,7 @@ class Connection:
         if self.state is not S.PROCESSING:
             raise IllegalTransition(f"{self.state.name} has no transition on "
                                     f"{E.REPLY_READY.name} ({self.peer})")
-        self.frame = None
-        size, self.size, self.pos = self.size, 0, 0
-        if size:
-            self.held -= size
-            self.budget.release(size)
+        self.request_done()
         self.state = _ANSWERED
 
     def close(self) -> int:

@@ -129,9 +129,9 @@ class Dispatcher:
                                  f"and contain no {SEPARATOR!r}")
         if self.default is None and not self.services:
             raise ValueError("nothing to serve: give a service and handler, or services=")
-        #: Methods a CALL reaches by its bare name with nothing to check first: the
-        #: default service's two-way methods that have a handler (a name with the
-        #: separator is never among them).
+        #: Methods a CALL reaches by its bare name with nothing to check first (the
+        #: lookup's shortcut): the default service's two-way methods that have a
+        #: handler (a name with the separator is never among them).
         self._direct = {name: method for name, method in (self.default or {}).items()
                         if method.func is not None and not method.oneway}
 
@@ -180,38 +180,30 @@ class Dispatcher:
         name, mtype, seqid = header.name, header.type, header.seqid
         token = REQUEST.set((peer, name, seqid))
         try:
-            # The common case in fewer steps: a CALL of a default-service method whose
-            # arguments decode. Anything else (or a decoding error, decoded again
-            # there to report it) takes the general path.
-            method = self._direct.get(name) if mtype == binary.CALL else None
-            if method is not None:
-                assert method.read_args is not None
-                try:
-                    args, _ = method.read_args(frame, header.end, len(frame))
-                except RequestError:
-                    pass
-                else:
-                    return self._call(method, args, name, seqid)
             return self._dispatch(frame, header, name, mtype, seqid)
         finally:
             REQUEST.reset(token)
 
     def _dispatch(self, frame: bytes | bytearray, header: binary.MessageHeader, name: str,
                   mtype: int, seqid: int) -> tuple[Reply | None, Status]:
-        method: Method | None = None
-        # Replies carry the bare method name, errors included: Node's client finds the
-        # waiting call by it, and Java's TMultiplexedProcessor replies the same way.
-        reply_name = name.partition(SEPARATOR)[2] if SEPARATOR in name and self.services \
-            else name
+        # The common case skips the checks: a CALL of a method in _direct.
+        method = self._direct.get(name) if mtype == binary.CALL else None
+        reply_name = name
         try:
-            if mtype != binary.CALL and mtype != binary.ONEWAY:
-                raise InvalidMessageTypeError(
-                    f"message type {mtype} is not CALL (1) or ONEWAY (4)")
-            reply_name, method = self._lookup(name)
-            if method.func is None:
-                raise UnknownMethodError(
-                    f"method {name!r} is declared in the IDL but the handler does not "
-                    f"implement it")
+            if method is None:
+                # Replies carry the bare method name, errors included: Node's client
+                # finds the waiting call by it, and Java's TMultiplexedProcessor replies
+                # the same way.
+                if SEPARATOR in name and self.services:
+                    reply_name = name.partition(SEPARATOR)[2]
+                if mtype != binary.CALL and mtype != binary.ONEWAY:
+                    raise InvalidMessageTypeError(
+                        f"message type {mtype} is not CALL (1) or ONEWAY (4)")
+                reply_name, method = self._lookup(name)
+                if method.func is None:
+                    raise UnknownMethodError(
+                        f"method {name!r} is declared in the IDL but the handler does "
+                        f"not implement it")
             assert method.read_args is not None
             args, _ = method.read_args(frame, header.end, len(frame))
         except RequestError as exc:
