@@ -164,6 +164,39 @@ def nimbus(config_file: Path | None, **flags: Any) -> None:
     daemon.stop(grace=10.0)
 
 
+@main.command("warm-up")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="NIMBUS_THRIFT_CONFIG", help="The daemon's YAML settings file.")
+@click.option("--spark-master", help="Spark master to run it on.  [default: local[*]]")
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=600.0,
+              show_default=True, help="Seconds to give up after.")
+def warm_up(config_file: Path | None, spark_master: str | None, timeout: float) -> None:
+    """Make the Spark driver's class archive before the first submit.
+
+    Topologies start 4-6 s sooner once it exists; without this the first launch on a
+    machine makes it. Runs a small built-in topology once (about a minute on 2 cores)
+    with the daemon's settings (spark_cache_dir, spark_master); does nothing if the
+    archive is there. scripts/setup.sh runs it.
+    """
+    from .nimbus import ConfigError, load_config
+    from .nimbus.launcher import LauncherError
+    from .nimbus.warmup import WarmUpError, warm_up as run
+
+    try:
+        config = load_config(config_file, os.environ, {"spark_master": spark_master})
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    logs.configure("warning", "console")
+    try:
+        result = run(config, timeout=timeout,
+                     progress=lambda line: click.echo(f"warm-up: {line}", err=True))
+    except (WarmUpError, LauncherError) as exc:
+        raise click.ClickException(f"warm-up failed: {exc}") from None
+    took = f" in {result.seconds:.0f} s" if result.seconds else ""
+    where = f": {result.archive}" if result.archive else ""
+    click.echo(f"warm-up: {result.detail}{took}{where}", err=True)
+
+
 # --- commands that talk to a running nimbus -------------------------------------------
 
 def _client_options(func: Any) -> Any:

@@ -13,6 +13,8 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -20,7 +22,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from nimbus_thrift.client import NimbusClient
-from nimbus_thrift.nimbus.spark_launcher import session_members
+from nimbus_thrift.nimbus.spark_launcher import proc_cmdline, session_members
 from spark_cluster import StandaloneCluster
 from test_examples import expected_counts
 from test_nimbus_daemon import DaemonProcess
@@ -29,6 +31,7 @@ pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDCOUNT = ROOT / "examples" / "wordcount.py"
+CLI = [str(Path(sys.executable).with_name("nimbus-thrift"))]
 #: Generous: the first micro-batch of a fresh application takes 10-60 s on 2 busy cores.
 SPARK_TIMEOUT = 240.0
 #: Start-up flags that save the JVM about 2 s (C1 only, serial GC); not the launcher's
@@ -231,6 +234,42 @@ def test_a_later_launch_maps_the_class_archive_the_first_one_made(
         db.unlink()
         topology_id = client.submit_topology(WORDCOUNT, conf={
             **conf, "spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={loaded}"},
+            wait=True, timeout=SPARK_TIMEOUT)
+        assert f"-XX:SharedArchiveFile={archive}" in \
+            " ".join(launch_record(data_dir, topology_id)["command"])
+        wait_until("the first counts", lambda: counts(db).get("the"))
+        shared = [line for line in loaded.read_text().splitlines()
+                  if "org.apache.spark." in line and "source: shared objects file" in line]
+        assert len(shared) > 1000, "the JVM did not map the class archive"
+        _kill_and_check_clean(client, data_dir, "wordcount", topology_id)
+
+
+def test_warm_up_makes_the_archive_the_first_launch_maps(
+        tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]) -> None:
+    data_dir, db, cache = tmp_path / "data", tmp_path / "wc.sqlite", tmp_path / "cache"
+    env = {**os.environ, **FAST_JVM, "XDG_CACHE_HOME": str(cache), "TMPDIR": str(tmp_path)}
+    warm = subprocess.run([*CLI, "warm-up"], env=env, capture_output=True, text=True,
+                          timeout=SPARK_TIMEOUT * 2)
+    assert warm.returncode == 0, warm.stderr
+    archive = Path(warm.stderr.strip().splitlines()[-1].split(": ")[-1])
+    assert "the class archive is made in" in warm.stderr
+    assert archive.parent == cache / "nimbus-thrift" / "spark-cds" and archive.is_file()
+    # It leaves nothing behind: no data directory, no list, no process of its own.
+    assert list(tmp_path.glob("nimbus-warm-up-*")) == []
+    assert [p.name for p in archive.parent.iterdir()] == [archive.name]
+    assert [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+            if str(cache) in " ".join(proc_cmdline(pid))] == []
+    again = subprocess.run([*CLI, "warm-up"], env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert again.returncode == 0 and "the class archive is there" in again.stderr
+
+    # The daemon's first launch (same settings, so the same key) maps that archive.
+    d = daemon_factory(env={"XDG_CACHE_HOME": str(cache)})
+    loaded = tmp_path / "class-load.log"
+    with _client(d) as client:
+        topology_id = client.submit_topology(WORDCOUNT, conf={
+            "wordcount.db": str(db), "wordcount.rate": 500,
+            "spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={loaded}"},
             wait=True, timeout=SPARK_TIMEOUT)
         assert f"-XX:SharedArchiveFile={archive}" in \
             " ".join(launch_record(data_dir, topology_id)["command"])

@@ -3,6 +3,7 @@
 Layers, each importing only those below it::
 
     daemon      config, state, launcher, handler and server wired together
+    warmup      a first Spark launch ahead of time (``nimbus-thrift warm-up``)
     handler     the IDL's methods: checks, state, launcher calls, timers
     validate    submit-time checks          transfers  uploads and downloads
     lifecycle   the topology status table   store      SQLite state

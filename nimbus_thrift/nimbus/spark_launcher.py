@@ -1281,9 +1281,11 @@ class SparkLauncher:
         return None if self.config.spark_submit else default_cache_dir()
 
     @staticmethod
-    def _user_confs(run_spec: RunSpec) -> dict[str, str]:
-        """The topology's ``spark.*`` settings the launcher passes on."""
-        return {k: v for k, v in ((k, _conf_value(v)) for k, v in run_spec.conf.items()
+    def _user_confs(run_spec: RunSpec | Mapping[str, Any]) -> dict[str, str]:
+        """The topology's ``spark.*`` settings the launcher passes on (from its spec or
+        its configuration)."""
+        conf = run_spec.conf if isinstance(run_spec, RunSpec) else run_spec
+        return {k: v for k, v in ((k, _conf_value(v)) for k, v in conf.items()
                                   if isinstance(k, str) and k.startswith("spark."))
                 if v is not None and k not in RESERVED_CONFS}
 
@@ -1300,21 +1302,35 @@ class SparkLauncher:
         """``(options, archive mapped, class list written)`` of the next launch of
         ``run`` (:class:`ClassArchive`): none when the topology sets the driver's
         default options or class data sharing options of its own."""
-        user = self._user_confs(run_spec)
-        tokens = self._java_tokens(user)
-        if self.class_archive is None or DEFAULT_JAVA_OPTIONS in user \
-                or any(_CDS_OPTION.match(token) for token in tokens):
+        key = self._archive_key(self._user_confs(run_spec))
+        if self.class_archive is None or key is None:
             return [], None, None
-        # What decides the layout of objects an archive holds (not, say, -D options).
-        layout = [*[t for t in tokens if t.startswith("-Xmx") or _GC_OPTION.match(t)
-                    or _POINTERS_OPTION.match(t)], user.get("spark.driver.memory", "")]
-        key = self.class_archive.key(str(self._spark_home()),
-                                     user.get("spark.driver.extraClassPath", ""), layout)
         with self._runs_lock:
             others = [r for r in self._runs.values() if r is not run]
         listing = self.class_archive.dumping or any(r.class_list and self._alive(r)
                                                     for r in others)
         return self.class_archive.options(key, record=not listing)
+
+    def _archive_key(self, user: Mapping[str, str]) -> str | None:
+        """The key of the class archive a launch with the topology's ``spark.*`` confs
+        ``user`` maps, or None when it gets none (no cache, or the topology sets the
+        driver's default options or class data sharing options of its own)."""
+        tokens = self._java_tokens(user)
+        if self.class_archive is None or DEFAULT_JAVA_OPTIONS in user \
+                or any(_CDS_OPTION.match(token) for token in tokens):
+            return None
+        # What decides the layout of objects an archive holds (not, say, -D options).
+        layout = [*[t for t in tokens if t.startswith("-Xmx") or _GC_OPTION.match(t)
+                    or _POINTERS_OPTION.match(t)], user.get("spark.driver.memory", "")]
+        return self.class_archive.key(str(self._spark_home()),
+                                      user.get("spark.driver.extraClassPath", ""), layout)
+
+    def class_archive_for(self, conf: Mapping[str, Any]) -> Path | None:
+        """The class archive (made or yet to be made) a topology with configuration
+        ``conf`` would map, or None when it would get none."""
+        key = self._archive_key(self._user_confs(conf))
+        return None if self.class_archive is None or key is None \
+            else self.class_archive.archive(key)
 
     def _class_archive_done(self, run: _Run) -> None:
         """``run``'s JVM is gone: delete its class list, and the archive it mapped if
