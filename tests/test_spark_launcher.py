@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from nimbus_thrift.nimbus.spark_launcher import (DEFAULT_JAVA_OPTIONS, EXTRA_JAV
                                                  find_spark_home, last_stderr_line,
                                                  local_threads, master_ui_url,
                                                  mirror_spark_home, proc_cmdline,
+                                                 tidy_mirrors,
                                                  proc_info, session_members)
 from nimbus_thrift.nimbus.store import Store
 from nimbus_thrift.nimbus.validate import check_topology
@@ -879,11 +881,59 @@ def test_class_archive_dump(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         assert [name for name in left if not name.endswith(".log")] == []
         assert archive.options(key, record=False) == ([], None, None)
         return
-    assert left == [f"driver-{key}.jsa"]
+    assert left == [f"driver-{key}.jsa", f"driver-{key}.json"]
+    assert json.loads((archive.directory / f"driver-{key}.json").read_text()) == \
+        {"spark_home": str(home), "java": str(java)}
     assert archive.archive(key).read_text() == \
         "archive of java/lang/Object id: 1\norg/x/Y id: 2\n"       # whole lines only
     assert archive.options(key, record=True) == \
         ([f"-XX:SharedArchiveFile={archive.archive(key)}"], archive.archive(key), None)
+
+
+def test_tidy_deletes_what_only_a_gone_installation_used(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    java = _fake_java(tmp_path, monkeypatch)
+    home, other = _fake_home(tmp_path), _fake_home(tmp_path / "venv2")
+    mine = ClassArchive(tmp_path / "cds", home, java)
+    theirs = ClassArchive(tmp_path / "cds", other, java)
+    made = {}
+    for name, archive in (("mine", mine), ("theirs", theirs)):
+        key = archive.key(str(home), name, [])
+        _, _, classes = archive.options(key, record=True)
+        assert classes is not None
+        classes.write_text("java/lang/Object id: 1\n")
+        assert archive.dump(classes, [str(java), "-cp", "jars/*", "Main"])
+        wait_for(lambda: (archive.poll(), not archive.dumping)[1], "the dump")
+        made[name] = archive.archive(key)
+    _, _, fresh = mine.options("k1", record=True)      # a launch listing right now
+    _, _, stale = mine.options("k2", record=True)      # a daemon killed a day ago
+    assert fresh is not None and stale is not None
+    fresh.write_text("x")
+    stale.write_text("x")
+    old = time.time() - 2 * 86400
+    os.utime(stale, (old, old))
+    unknown = tmp_path / "cds" / "driver-0123.jsa"     # made before notes: kept
+    unknown.write_text("archive")
+    # Both installations are there: only the stale list goes.
+    assert mine.tidy() == [stale]
+    assert fresh.exists() and made["theirs"].is_file()
+
+    shutil.rmtree(other)                                # venv2 deleted
+    assert sorted(mine.tidy()) == sorted([made["theirs"],
+                                          made["theirs"].with_suffix(".json")])
+    assert made["mine"].is_file() and fresh.exists() and unknown.exists()
+    assert mine.tidy() == []
+
+
+def test_tidy_mirrors_deletes_those_of_a_gone_spark_home(tmp_path: Path) -> None:
+    home, other = _fake_home(tmp_path), _fake_home(tmp_path / "venv2")
+    kept = mirror_spark_home(home, tmp_path / "mirrors")
+    dropped = mirror_spark_home(other, tmp_path / "mirrors")
+    assert tidy_mirrors(tmp_path / "mirrors") == []
+    shutil.rmtree(other)
+    assert tidy_mirrors(tmp_path / "mirrors") == [dropped]
+    assert not dropped.exists() and kept.is_dir() and home.is_dir()
+    assert (home / "jars" / "spark-core.jar").is_file()     # links removed, not targets
 
 
 def test_class_archive_dump_needs_a_jvm_command_line(tmp_path: Path,

@@ -145,6 +145,9 @@ _POINTERS_OPTION = re.compile(r"^-XX:[+-]UseCompressed(?:Oops|ClassPointers)$")
 #: A class archive dump still running after this long is killed (it takes 30-40 s of
 #: one core on 2 vCPUs).
 CDS_DUMP_TIMEOUT_SECS = 600.0
+#: A class list not written to for this long belongs to no running launch that will
+#: dump it (lists are dumped after a launch's first batch, seconds after it starts).
+STALE_CLASS_LIST_SECS = 86400.0
 #: Starts the report of a JVM crash on stderr.
 JVM_CRASH = "A fatal error has been detected by the Java Runtime Environment"
 #: Under the cache directory: the mirrors of PySpark's Spark home, and class archives.
@@ -427,6 +430,23 @@ def mirror_spark_home(home: Path, parent: Path) -> Path:
     return mirror
 
 
+def tidy_mirrors(parent: Path) -> list[Path]:
+    """Delete the mirrors under ``parent`` whose Spark home no longer exists (their
+    links lead nowhere), and return them."""
+    gone: list[Path] = []
+    try:
+        mirrors = [Path(e.path) for e in os.scandir(parent)
+                   if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
+    except OSError:
+        return gone
+    for mirror in mirrors:
+        jars = mirror / "jars"
+        if jars.is_symlink() and not jars.exists():
+            shutil.rmtree(mirror, ignore_errors=True)       # links only: nothing followed
+            gone.append(mirror)
+    return gone
+
+
 def default_cache_dir() -> Path:
     """Where the launcher keeps what it makes once per Java and Spark installation
     (the mirror of Spark home, class archives): the user's cache directory, shared by
@@ -456,7 +476,9 @@ class ClassArchive:
     the background (:meth:`dump`: ``java -Xshare:dump`` at the lowest CPU priority
     with the application JVM's own class path; 30-40 s of one core on 2 vCPUs, once),
     and every later launch maps it (``-XX:SharedArchiveFile``). One dump at a time;
-    a failed one is tried again from the next launch's list.
+    a failed one is tried again from the next launch's list. Beside each archive a note
+    names the installation it is for; an archive whose installation is gone is deleted
+    when a launcher starts (:meth:`tidy`).
 
     The name hashes what an archive is valid with: the Java runtime, Spark's jars, the
     driver class path and the JVM options. A mismatch the hash misses is the JVM's to
@@ -559,6 +581,7 @@ class ClassArchive:
                 return False
             try:
                 listed.write_bytes(text[:text.rfind(b"\n") + 1])   # whole lines only
+                self._write_owner(archive)
                 with open(log_path, "wb") as out:
                     process = subprocess.Popen(
                         ["sh", "-c", _DUMP_SCRIPT, "sh", *command],
@@ -595,6 +618,7 @@ class ClassArchive:
             _unlink(log_path)
             log.info("spark_class_archive_made", archive=str(archive))
         else:
+            _unlink(archive.with_suffix(".json"))
             log.warning("spark_class_archive_dump_failed", exit=_exit_text(code),
                         log=str(log_path))
 
@@ -603,10 +627,56 @@ class ClassArchive:
         with self._lock:
             dump, self._dump = self._dump, None
         if dump is not None:
-            process, _, output, listed, log_path = dump
+            process, archive, output, listed, log_path = dump
             _kill_group(process)
             for path in (output, listed, log_path):
                 _unlink(path)
+            if not archive.is_file():
+                _unlink(archive.with_suffix(".json"))
+
+    def _write_owner(self, archive: Path) -> None:
+        """Note beside ``archive`` the installation it is for, so :meth:`tidy` can
+        tell when that is gone."""
+        note = archive.with_suffix(".json")
+        tmp = note.with_name(f".{note.name}.tmp")
+        tmp.write_text(json.dumps({"spark_home": str(self.spark_home),
+                                   "java": str(self.java)}))
+        os.replace(tmp, note)
+
+    def tidy(self, now: float | None = None) -> list[Path]:
+        """Delete what no launch can use any more, and return it: archives (with their
+        notes) of a Spark home or java that no longer exists (a deleted virtualenv: each
+        archive is ~200 MB), and class lists older than :data:`STALE_CLASS_LIST_SECS`
+        (a daemon killed while its launch listed classes). Archives of installations
+        still there are kept, whatever their age."""
+        now = time.time() if now is None else now
+        gone: list[Path] = []
+        try:
+            entries = list(os.scandir(self.directory))
+        except OSError:
+            return gone
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.name.startswith("driver-") and entry.name.endswith(".json"):
+                try:
+                    owner = json.loads(path.read_text())
+                    paths = [Path(owner["spark_home"]), Path(owner["java"])]
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue
+                if not all(p.exists() for p in paths):
+                    for stale in (path.with_suffix(".jsa"), path):
+                        if _unlink(stale):
+                            gone.append(stale)
+            elif entry.name.endswith(".classes"):
+                try:
+                    old = now - entry.stat().st_mtime > STALE_CLASS_LIST_SECS
+                except OSError:
+                    continue
+                if old and _unlink(path):
+                    gone.append(path)
+        if gone:
+            log.info("spark_class_archives_tidied", removed=[str(p) for p in gone])
+        return gone
 
     @staticmethod
     def discard(archive: Path) -> None:
@@ -789,6 +859,9 @@ class SparkLauncher:
         if self.cache_dir is not None and self.spark_home is not None and java is not None:
             self.class_archive = ClassArchive(self.cache_dir / CLASS_ARCHIVE_DIR,
                                               self.spark_home, java)
+            # What other installations left: ~200 MB per archive of a deleted venv.
+            self.class_archive.tidy()
+            tidy_mirrors(self.cache_dir / MIRROR_DIR)
         self._runs: dict[str, _Run] = {}
         self._runs_lock = threading.Lock()
         self._closed = threading.Event()
