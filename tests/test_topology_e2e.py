@@ -230,23 +230,31 @@ def test_a_later_launch_maps_the_class_archive_the_first_one_made(
                              timeout=SPARK_TIMEOUT * 2)[0]
         _kill_and_check_clean(client, data_dir, "wordcount", topology_id)
 
-        loaded = tmp_path / "class-load.log"
         db.unlink()
-        topology_id = client.submit_topology(WORDCOUNT, conf={
-            **conf, "spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={loaded}"},
-            wait=True, timeout=SPARK_TIMEOUT)
-        assert f"-XX:SharedArchiveFile={archive}" in \
-            " ".join(launch_record(data_dir, topology_id)["command"])
-        wait_until("the first counts", lambda: counts(db).get("the"))
-        shared = [line for line in loaded.read_text().splitlines()
-                  if "org.apache.spark." in line and "source: shared objects file" in line]
-        assert len(shared) > 1000, "the JVM did not map the class archive"
-        _kill_and_check_clean(client, data_dir, "wordcount", topology_id)
+        _check_launch_maps(client, tmp_path, conf, archive)
+
+
+def _check_launch_maps(client: NimbusClient, tmp_path: Path, conf: dict[str, Any],
+                       archive: Path) -> None:
+    """Submit word count (``conf``) with the JVM logging where its classes come from:
+    its command maps ``archive``, and Spark's classes come from it."""
+    data_dir, db = tmp_path / "data", Path(conf["wordcount.db"])
+    loaded = tmp_path / "class-load.log"
+    topology_id = client.submit_topology(WORDCOUNT, conf={
+        **conf, "spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={loaded}"},
+        wait=True, timeout=SPARK_TIMEOUT)
+    assert f"-XX:SharedArchiveFile={archive}" in \
+        " ".join(launch_record(data_dir, topology_id)["command"])
+    wait_until("the first counts", lambda: counts(db).get("the"))
+    shared = [line for line in loaded.read_text().splitlines()
+              if "org.apache.spark." in line and "source: shared objects file" in line]
+    assert len(shared) > 1000, "the JVM did not map the class archive"
+    _kill_and_check_clean(client, data_dir, "wordcount", topology_id)
 
 
 def test_warm_up_makes_the_archive_the_first_launch_maps(
         tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]) -> None:
-    data_dir, db, cache = tmp_path / "data", tmp_path / "wc.sqlite", tmp_path / "cache"
+    db, cache = tmp_path / "wc.sqlite", tmp_path / "cache"
     env = {**os.environ, **FAST_JVM, "XDG_CACHE_HOME": str(cache), "TMPDIR": str(tmp_path)}
     warm = subprocess.run([*CLI, "warm-up"], env=env, capture_output=True, text=True,
                           timeout=SPARK_TIMEOUT * 2)
@@ -266,16 +274,6 @@ def test_warm_up_makes_the_archive_the_first_launch_maps(
 
     # The daemon's first launch (same settings, so the same key) maps that archive.
     d = daemon_factory(env={"XDG_CACHE_HOME": str(cache)})
-    loaded = tmp_path / "class-load.log"
     with _client(d) as client:
-        topology_id = client.submit_topology(WORDCOUNT, conf={
-            "wordcount.db": str(db), "wordcount.rate": 500,
-            "spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={loaded}"},
-            wait=True, timeout=SPARK_TIMEOUT)
-        assert f"-XX:SharedArchiveFile={archive}" in \
-            " ".join(launch_record(data_dir, topology_id)["command"])
-        wait_until("the first counts", lambda: counts(db).get("the"))
-        shared = [line for line in loaded.read_text().splitlines()
-                  if "org.apache.spark." in line and "source: shared objects file" in line]
-        assert len(shared) > 1000, "the JVM did not map the class archive"
-        _kill_and_check_clean(client, data_dir, "wordcount", topology_id)
+        _check_launch_maps(client, tmp_path, {"wordcount.db": str(db),
+                                              "wordcount.rate": 500}, archive)
