@@ -39,9 +39,10 @@ def _logging_options(func: Any) -> Any:
 def main() -> None:
     """nimbus-thrift: a Storm-Nimbus-like service on a half-sync/half-async Thrift server.
 
-    Start the daemon with `nimbus`; `submit`, `list`, `info`, `kill`, `activate`,
-    `deactivate`, `rebalance` and `conf` talk to a running one (--host/--port, or the
-    environment variables NIMBUS_THRIFT_HOST and NIMBUS_THRIFT_PORT).
+    Start the daemon with `nimbus` (`warm-up` first makes topologies start sooner);
+    `submit`, `list`, `info`, `kill`, `activate`, `deactivate`, `rebalance` and `conf`
+    talk to a running one (--host/--port, or the environment variables
+    NIMBUS_THRIFT_HOST and NIMBUS_THRIFT_PORT).
     """
 
 
