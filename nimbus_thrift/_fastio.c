@@ -38,18 +38,30 @@ fd_of(PyObject *obj)
     return PyObject_AsFileDescriptor(obj);   /* int, or an object with fileno() */
 }
 
-/* One recv (receiving) or send of n bytes, retried on EINTR, the GIL kept below
- * RELEASE_AT. Returns a new int, or NULL with OSError set. */
+enum op { OP_RECV, OP_SEND, OP_SENDMSG };
+
+/* One recv or send of n bytes at target, or sendmsg of the msghdr target (n bytes in
+ * all), retried on EINTR, the GIL kept below RELEASE_AT. Returns a new int, or NULL
+ * with OSError set. */
 static PyObject *
-transfer(int fd, void *buf, Py_ssize_t n, int receiving)
+transfer(int fd, enum op op, void *target, Py_ssize_t n)
 {
     ssize_t done;
     int err;
     for (;;) {
         int release = n >= RELEASE_AT;
         PyThreadState *saved = release ? PyEval_SaveThread() : NULL;
-        done = receiving ? recv(fd, buf, (size_t)n, 0)
-                         : send(fd, buf, (size_t)n, MSG_NOSIGNAL);
+        switch (op) {
+        case OP_RECV:
+            done = recv(fd, target, (size_t)n, 0);
+            break;
+        case OP_SEND:
+            done = send(fd, target, (size_t)n, MSG_NOSIGNAL);
+            break;
+        default:
+            done = sendmsg(fd, (struct msghdr *)target, MSG_NOSIGNAL);
+            break;
+        }
         err = errno;
         if (release)
             PyEval_RestoreThread(saved);
@@ -89,7 +101,7 @@ fastio_recv_into(PyObject *self, PyObject *args)
     }
     if (nbytes == 0)
         nbytes = buf.len;
-    PyObject *result = transfer(fd, buf.buf, nbytes, 1);
+    PyObject *result = transfer(fd, OP_RECV, buf.buf, nbytes);
     PyBuffer_Release(&buf);
     return result;
 }
@@ -110,7 +122,7 @@ fastio_send(PyObject *self, PyObject *args)
         PyBuffer_Release(&buf);
         return NULL;
     }
-    PyObject *result = transfer(fd, buf.buf, buf.len, 0);
+    PyObject *result = transfer(fd, OP_SEND, buf.buf, buf.len);
     PyBuffer_Release(&buf);
     return result;
 }
@@ -157,29 +169,7 @@ fastio_sendmsg(PyObject *self, PyObject *args)
     struct msghdr msg = {0};
     msg.msg_iov = iov;
     msg.msg_iovlen = (size_t)count;
-    ssize_t n;
-    int err;
-    for (;;) {
-        if (total >= RELEASE_AT) {
-            Py_BEGIN_ALLOW_THREADS
-            n = sendmsg(fd, &msg, MSG_NOSIGNAL);
-            err = errno;
-            Py_END_ALLOW_THREADS
-        } else {
-            n = sendmsg(fd, &msg, MSG_NOSIGNAL);
-            err = errno;
-        }
-        if (n >= 0 || err != EINTR)
-            break;
-        if (PyErr_CheckSignals() < 0)
-            goto done;
-    }
-    if (n < 0) {
-        errno = err;
-        PyErr_SetFromErrno(PyExc_OSError);
-    } else {
-        result = PyLong_FromSsize_t(n);
-    }
+    result = transfer(fd, OP_SENDMSG, &msg, total);
 done:
     for (Py_ssize_t i = 0; i < taken; i++)
         PyBuffer_Release(&views[i]);

@@ -538,10 +538,7 @@ def encode_framed_message(name: str, mtype: int, seqid: int, payload: Any) -> by
     # C writes thriftpy2's bytes or, on any value it does not take as thriftpy2 would,
     # returns None: then thriftpy2 writes them, or raises the precise error. (There is
     # no plan without the C module.)
-    try:
-        plan = _ENCODE_PLANS[payload.__class__]
-    except KeyError:
-        plan = _encode_plan(payload.__class__)
+    plan = _encode_plan(payload.__class__)
     if plan is not None:
         framed = _c_encode_message(name, mtype, seqid, payload, plan)
         if framed is not None:

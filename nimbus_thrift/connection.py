@@ -331,9 +331,7 @@ class Connection:
         if self.state is State.CLOSED:
             return
         self.frame = None
-        if self.size:       # _give_back, inline: this runs once per request
-            self.held -= self.size
-            self.budget.release(self.size)
+        self._give_back(self.size)
         self.size = 0
         self.pos = 0
 
