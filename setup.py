@@ -2,7 +2,7 @@
 metadata is in setup.cfg.
 
 ``optional=True``: without a C compiler or Python's headers the package still installs
-and runs on the pure-Python socket calls (nimbus_thrift/fastio.py says which is in
+and runs on the pure-Python socket calls (nimbus_thrift/rpc/fastio.py says which is in
 use); scripts/setup.sh installs both, so the project's own machines always build it.
 """
 
@@ -11,8 +11,8 @@ from setuptools import Extension, setup
 _FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
 
 setup(ext_modules=[
-    Extension("nimbus_thrift._fastio", ["nimbus_thrift/_fastio.c"], extra_compile_args=_FLAGS,
+    Extension("nimbus_thrift.rpc._fastio", ["nimbus_thrift/rpc/_fastio.c"], extra_compile_args=_FLAGS,
               optional=True),
-    Extension("nimbus_thrift._wire", ["nimbus_thrift/_wire.c"], extra_compile_args=_FLAGS,
+    Extension("nimbus_thrift.rpc._wire", ["nimbus_thrift/rpc/_wire.c"], extra_compile_args=_FLAGS,
               optional=True),
 ])

@@ -32,17 +32,17 @@ _EXPORTS = {
     "BadReply": "client", "ConnectionLost": "client", "FrameRefused": "client",
     "NimbusClient": "client", "NimbusClientError": "client", "NimbusTimeout": "client",
     "NimbusUnavailable": "client", "ServerError": "client",
-    "OptionError": "options", "ServerOptions": "options",
-    "Server": "server", "make_server": "server",
-    "MetricsSnapshot": "metrics",
+    "OptionError": "rpc.options", "ServerOptions": "rpc.options",
+    "Server": "rpc.server", "make_server": "rpc.server",
+    "MetricsSnapshot": "rpc.metrics",
 }
 
 if TYPE_CHECKING:
     from .client import (BadReply, ConnectionLost, FrameRefused, NimbusClient,
-                         NimbusClientError, NimbusTimeout, NimbusUnavailable, ServerError)
-    from .metrics import MetricsSnapshot
-    from .options import OptionError, ServerOptions
-    from .server import Server, make_server
+                        NimbusClientError, NimbusTimeout, NimbusUnavailable, ServerError)
+    from .rpc.metrics import MetricsSnapshot
+    from .rpc.options import OptionError, ServerOptions
+    from .rpc.server import Server, make_server
 
 __all__ = ["BadReply", "ConnectionLost", "FrameRefused", "MetricsSnapshot", "NimbusClient",
            "NimbusClientError", "NimbusTimeout", "NimbusUnavailable", "OptionError", "Server",

@@ -19,7 +19,7 @@ import structlog
 
 from . import logs, render
 from .tuning import tune_allocator
-from .options import (DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+from .rpc.options import (DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
                       DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FRAME_SIZE,
                       DEFAULT_MAX_READ_BUFFER_BYTES, DEFAULT_WORKER_QUEUE_SIZE,
                       DEFAULT_WORKER_THREADS, OptionError)
@@ -181,7 +181,7 @@ def warm_up(config_file: Path | None, spark_master: str | None, timeout: float) 
     """
     from .nimbus import ConfigError, load_config
     from .nimbus.launcher import LauncherError
-    from .nimbus.warmup import WarmUpError, warm_up as run
+    from .nimbus.spark.warmup import WarmUpError, warm_up as run
 
     try:
         config = load_config(config_file, os.environ, {"spark_master": spark_master})
@@ -220,7 +220,7 @@ def _nimbus(host: str, port: int, timeout: float) -> Iterator[Any]:
     """A connected client; every failure becomes one sentence and exit status 1."""
     from thriftpy2.thrift import TApplicationException
 
-    from .client import NimbusClient, NimbusClientError
+    from .client.client import NimbusClient, NimbusClientError
 
     if not structlog.is_configured():
         logs.configure("warning")  # the client's retries are debug lines: not for people
@@ -433,7 +433,7 @@ def submit(path: Path, name: str | None, class_name: str | None,
     """
     import tempfile
 
-    from .submit import submit_prepared, wait_for_topology
+    from .client.submit import submit_prepared, wait_for_topology
     from .topology.package import PackageError, prepare
 
     err = not as_json

@@ -2,8 +2,8 @@
 library. Modules only call ``structlog.get_logger()``.
 
 Per-request context (peer, method, seqid) is set by the dispatcher in one ContextVar
-(see :mod:`nimbus_thrift.context` for why not ``bind_contextvars``);
-:func:`~nimbus_thrift.context.merge_request_context` puts it on every line, the
+(see :mod:`nimbus_thrift.rpc.context` for why not ``bind_contextvars``);
+:func:`~nimbus_thrift.rpc.context.merge_request_context` puts it on every line, the
 handler's own lines included, next to anything bound with ``structlog.contextvars``. Standard-library loggers (thriftpy2, later py4j/PySpark) go
 through the same renderer via ``ProcessorFormatter``.
 """
@@ -16,7 +16,7 @@ from typing import Literal
 
 import structlog
 
-from .context import merge_request_context
+from .rpc.context import merge_request_context
 
 LogFormat = Literal["auto", "console", "json"]
 LEVELS = ("debug", "info", "warning", "error")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the server benchmark (scripts/bench_servers.py) after setting up what it needs,
+# Runs the server benchmark (scripts/bench/bench_servers.py) after setting up what it needs,
 # idempotently:
 #   - the venv and package (scripts/setup.sh), plus the bench extras (thrift, uvloop);
 #   - Debian's Thrift compiler, libthrift-java and a JDK, for the Apache Python and
@@ -48,4 +48,4 @@ if [ ! -x "$build/loadgen" ] || [ scripts/bench/loadgen.c -nt "$build/loadgen" ]
   gcc -O2 -Wall -Wextra -o "$build/loadgen" scripts/bench/loadgen.c
 fi
 
-exec .venv/bin/python scripts/bench_servers.py "$@"
+exec .venv/bin/python scripts/bench/bench_servers.py "$@"

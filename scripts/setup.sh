@@ -11,7 +11,7 @@ cd "$here"
 
 PYTHON="${PYTHON:-python3}"
 
-# The C accelerators (nimbus_thrift/_fastio.c, _wire.c) need a compiler and Python's headers.
+# The C accelerators (nimbus_thrift/rpc/_fastio.c, _wire.c) need a compiler and Python's headers.
 # Without them the package still installs, on slower pure-Python socket calls, so
 # fetch them first where apt can (tests/test_fastio.py insists on the C module).
 has_headers() {
@@ -42,8 +42,8 @@ fi
 # An edited accelerator is rebuilt (the editable install builds both in place).
 stale=""
 for module in _fastio _wire; do
-  so=$(ls nimbus_thrift/$module*.so 2>/dev/null | head -n 1 || true)
-  if [ -z "$so" ] || [ nimbus_thrift/$module.c -nt "$so" ] || [ setup.py -nt "$so" ]; then
+  so=$(ls nimbus_thrift/rpc/$module*.so 2>/dev/null | head -n 1 || true)
+  if [ -z "$so" ] || [ nimbus_thrift/rpc/$module.c -nt "$so" ] || [ setup.py -nt "$so" ]; then
     stale=1
   fi
 done

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..options import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_READ_BUFFER_BYTES
+from ..rpc.options import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_READ_BUFFER_BYTES
 
 ENV_PREFIX = "NIMBUS_THRIFT_"
 

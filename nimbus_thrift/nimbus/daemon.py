@@ -19,7 +19,7 @@ from typing import Callable
 import structlog
 
 from ..idl import nimbus_idl
-from ..server import Server, make_server
+from ..rpc.server import Server, make_server
 from .config import NimbusConfig
 from .handler import NimbusHandler
 from .launcher import Launcher, load_launcher

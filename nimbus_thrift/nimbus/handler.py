@@ -30,14 +30,14 @@ from thriftpy2.utils import deserialize, serialize
 
 from .. import __version__
 from ..topology.streams import STATEFUL_KEY
-from .code import CodeArchive, CodeError
+from ..topology.code import CodeArchive, CodeError
 from .config import NimbusConfig, to_public
 from .launcher import Launcher, LaunchSpec, RunStatus
 from .lifecycle import GONE, PREVIOUS, Event, Status, TransitionRefused, next_status
 from .store import Action, Store, TopologyRecord
 from .timers import Timers
 from .transfers import TransferError, Transfers
-from .validate import (TOPOLOGY_DEFAULTS, InvalidTopology, check_name, check_topology,
+from ..topology.validate import (TOPOLOGY_DEFAULTS, InvalidTopology, check_name, check_topology,
                        parse_conf, task_ranges)
 
 log = structlog.get_logger("nimbus_thrift.nimbus")

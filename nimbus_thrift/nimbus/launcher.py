@@ -152,7 +152,7 @@ class UnscheduledLauncher:
 
 def _spark(config: Any) -> Launcher:
     # Imported when chosen: the module looks for PySpark and Java as it starts.
-    from .spark_launcher import SparkLauncher
+    from .spark.launcher import SparkLauncher
     return SparkLauncher(config)
 
 

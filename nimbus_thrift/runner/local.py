@@ -44,7 +44,7 @@ def spec_of(topology: Any, conf: Mapping[str, Any] | None = None,
             run: Mapping[str, Any] | None = None, topology_id: str | None = None) -> RunSpec:
     """The run spec of a Topology class, validated as Nimbus validates a submission
     (``conf`` over the class's ``config``)."""
-    from ..nimbus.validate import check_topology
+    from ..topology.validate import check_topology
     merged = {**getattr(topology, "config", {}), **(conf or {})}
     plan = check_topology(topology.to_thrift(), merged, None)
     name = topology.__name__

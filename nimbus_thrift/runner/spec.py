@@ -2,7 +2,7 @@
 
 The launcher writes ``spec.json`` into the topology's work directory; the driver
 (:mod:`nimbus_thrift.runner.driver`) reads it. It is the validated plan of
-:func:`nimbus_thrift.nimbus.validate.check_topology` plus the field types and
+:func:`nimbus_thrift.topology.validate.check_topology` plus the field types and
 statefulness the DSL put in each component's json_conf, and the current parallelism
 (after rebalances). No PySpark here: the daemon imports this module.
 """

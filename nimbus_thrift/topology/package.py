@@ -35,8 +35,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable, Mapping
 
-from ..nimbus.code import MAX_MEMBERS, CodeArchive, CodeError
-from ..nimbus.validate import InvalidTopology, TopologyPlan, check_name, check_topology, \
+from .code import MAX_MEMBERS, CodeArchive, CodeError
+from .validate import InvalidTopology, TopologyPlan, check_name, check_topology, \
     parse_conf
 from .streams import TopologyError
 from .topology import Topology

@@ -1,4 +1,4 @@
-"""Word count hand-written in PySpark: the baseline scripts/bench_topology.py compares
+"""Word count hand-written in PySpark: the baseline scripts/bench/bench_topology.py compares
 our runner against. The same work as examples/wordcount.py with a null sink: a Python
 streaming data source of sentences (same generator, same partitions), a per-row Python
 split in mapInArrow, a per-key count in applyInPandasWithState, run with availableNow.

@@ -1,0 +1,18 @@
+"""The generic Thrift server and the socket-free protocol code it is built from.
+
+Serves any thriftpy2 service; knows nothing of Nimbus, topologies or Spark. Nothing in
+this package imports from the rest of nimbus_thrift (tests/unit/test_layers.py keeps it
+so), which is what lets it be used, and tested, as a library of its own.
+
+Layers, each importing only those below it::
+
+    server      Server (start, stop, metrics) and make_server
+    selector    the selector thread: accept, read, hand off, write, close
+    workers     the worker pool that runs handlers     wakeup  eventfd wake-ups
+    dispatch    decode a request, call the handler, encode the reply
+    connection  the per-connection framing state table
+    memory      the server-wide read-buffer budget      metrics  counters
+    calls       call encoding and reply decoding for clients (no sockets)
+    binary      TBinaryProtocol (C fast path in _wire.c)
+    fastio      socket calls (C in _fastio.c)           options, errors, context
+"""

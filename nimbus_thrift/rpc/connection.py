@@ -1,0 +1,370 @@
+"""One connection's framing and read-buffer accounting, as a state machine without
+sockets: the selector feeds it bytes and asks it what to do next.
+
+Theory of operation
+-------------------
+Like Java's THsHa FrameBuffer, a connection has at most one request in flight::
+
+    READING_HEADER ──frame admitted──► READING_FRAME ──complete──► PROCESSING
+       │    ▲  │                          ▲                    reply │    │ no reply
+       │    │  └─frame parked─► AWAITING_MEMORY       or overloaded │    │ (oneway)
+       │    │                   (not polled)                        ▼    │
+       │    └──────────────── reply sent ◄──────────────────── WRITING   │
+       │    └────────────────────────────────────────────────────────────┘
+       └─frame refused─► LINGERING (error reply, then close)      any ──► CLOSED
+
+Reading stops while a request is processed or a reply is written; frames a client
+pipelines stay in the kernel, or (when one read brought several) in ``leftover``.
+
+Accounting: every byte held beyond a frame's 4-byte length prefix is reserved in the
+shared :class:`~nimbus_thrift.rpc.memory.MemoryBudget` before it is kept. The selector
+reads at most ``header_read_limit()`` bytes while looking for a frame header, which
+caps the speculative body bytes at what the budget has free; a frame's whole declared
+size is reserved before its buffer is allocated; a request's frame is released when
+its outcome comes back (reply ready, handler error, or the peer gone); closing
+releases whatever is left. ``held`` is this connection's share, so a second release is
+impossible: it is zeroed as it is returned.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+
+from .binary import read_message_header
+from .errors import FrameSizeError, NotThriftError, RpcError
+from .memory import MemoryBudget
+
+Buffer = bytes | bytearray | memoryview
+
+#: Bytes read speculatively past a frame header in one recv. One read then usually
+#: brings a whole small request (one syscall per call); larger frames are read straight
+#: into their own buffer afterwards.
+SCRATCH_SIZE = 64 * 1024
+
+_LENGTH = struct.Struct(">i")
+
+
+class State(enum.Enum):
+    # Identity hashing: Enum's own __hash__ is Python code (hash of the name), and the
+    # transition table is looked up with (State, Event) keys on every request.
+    __hash__ = object.__hash__
+
+    READING_HEADER = "reading a frame length"
+    AWAITING_MEMORY = "waiting for read-buffer memory"
+    READING_FRAME = "reading a frame"
+    PROCESSING = "waiting for the handler"
+    WRITING = "writing a reply"
+    LINGERING = "closing after an error reply"
+    CLOSED = "closed"
+
+
+class Event(enum.Enum):
+    __hash__ = object.__hash__      # as State's
+
+    FRAME_ADMITTED = "frame admitted"
+    FRAME_PARKED = "frame parked"
+    MEMORY_GRANTED = "memory granted"
+    FRAME_COMPLETE = "frame complete"
+    OVERLOADED = "worker queue full"
+    REPLY_READY = "reply ready"
+    NO_REPLY = "no reply"
+    REPLY_SENT = "reply sent"
+    REFUSED = "frame refused"
+    CLOSE = "close"
+
+
+S, E = State, Event
+
+#: The only transitions there are. CLOSE is allowed from every state but CLOSED.
+TRANSITIONS: dict[tuple[State, Event], State] = {
+    (S.READING_HEADER, E.FRAME_ADMITTED): S.READING_FRAME,
+    (S.READING_HEADER, E.FRAME_PARKED): S.AWAITING_MEMORY,
+    (S.READING_HEADER, E.REFUSED): S.LINGERING,
+    (S.AWAITING_MEMORY, E.MEMORY_GRANTED): S.READING_FRAME,
+    (S.READING_FRAME, E.FRAME_COMPLETE): S.PROCESSING,
+    (S.PROCESSING, E.REPLY_READY): S.WRITING,
+    (S.PROCESSING, E.OVERLOADED): S.WRITING,
+    (S.PROCESSING, E.NO_REPLY): S.READING_HEADER,
+    (S.WRITING, E.REPLY_SENT): S.READING_HEADER,
+    **{(state, E.CLOSE): S.CLOSED for state in State if state is not S.CLOSED},
+}
+
+
+#: Where a frame that arrives whole in one read lands: Connection.received's fast path
+#: sets it directly, so it must be what the table says.
+_ONE_READ_FRAME = TRANSITIONS[(TRANSITIONS[(S.READING_HEADER, E.FRAME_ADMITTED)],
+                               E.FRAME_COMPLETE)]
+assert _ONE_READ_FRAME is S.PROCESSING
+#: Where a request whose reply went out whole at once lands: Connection.answered()
+#: applies REPLY_READY then REPLY_SENT in one step.
+_ANSWERED = TRANSITIONS[(TRANSITIONS[(S.PROCESSING, E.REPLY_READY)], E.REPLY_SENT)]
+assert _ANSWERED is S.READING_HEADER
+
+
+class IllegalTransition(AssertionError):
+    """A bug: the server asked for a transition the table does not have."""
+
+
+# Prefixes of protocols people point at Thrift ports by mistake, for a precise log line.
+_HTTP_METHODS = (b"GET ", b"POST", b"PUT ", b"HEAD", b"DELE", b"OPTI", b"PATC", b"CONN",
+                 b"TRAC", b"PRI ")
+
+
+def classify_prefix(first4: bytes) -> str | None:
+    """Name the protocol whose first four bytes these are, if it is not framed Thrift."""
+    if first4 in _HTTP_METHODS:
+        return "an HTTP request (this port speaks framed Thrift, not HTTP)"
+    if first4[0] == 0x16 and first4[1] == 0x03:
+        return "a TLS handshake (this port speaks plain TCP)"
+    word = _LENGTH.unpack(first4)[0]
+    if word < 0 and word & 0xFFFF0000 == 0x80010000:
+        return "an unframed TBinaryProtocol message (the client must use TFramedTransport)"
+    if first4[0] == 0x82 and first4[1] & 0x1F == 1:
+        return "an unframed TCompactProtocol message (this server speaks framed binary)"
+    if first4[0] == 0x01 and first4[1:4] == b"\x00\x00\x00":
+        return "a SASL handshake (this server does not use SASL)"
+    return None
+
+
+def _peek_call(body: Buffer) -> tuple[str, int]:
+    """(method name, seqid) from the start of a refused frame, so the error reply can
+    name them; ("", 0) when too little of it arrived."""
+    try:
+        header = read_message_header(body)
+    except RpcError:
+        return "", 0
+    return header.name, header.seqid
+
+
+class Connection:
+    """Per-connection protocol state. ``peer`` is for logs only.
+
+    The selector drives it:
+
+    * in READING_HEADER, read at most :meth:`header_read_limit` bytes and pass them to
+      :meth:`received` (or call :meth:`received` with ``leftover`` first);
+    * in READING_FRAME, read into :meth:`frame_view` and report the count with
+      :meth:`frame_bytes_received`;
+    * when a frame is complete it is in :attr:`frame`; when its outcome is back, call
+      :meth:`request_done`.
+    """
+
+    __slots__ = ("peer", "budget", "max_frame_size", "state", "hdr", "frame", "pos",
+                 "size", "leftover", "held", "need", "partial", "last_activity",
+                 "frame_started", "fd", "sock", "io", "out", "out_size", "write_started",
+                 "interest", "refusal", "refused_call", "peer_gone", "closing",
+                 "linger_until")
+
+    def __init__(self, peer: str, budget: MemoryBudget, max_frame_size: int,
+                 now: float = 0.0) -> None:
+        self.peer = peer
+        self.budget = budget
+        self.max_frame_size = max_frame_size
+        self.state = State.READING_HEADER
+        self.hdr = b""                 # up to 3 bytes of a length prefix (not reserved)
+        self.frame: bytearray | bytes | None = None
+        self.pos = 0                   # bytes of `frame` filled
+        self.size = 0                  # declared length of the current frame
+        self.leftover = b""            # bytes read past the current frame (reserved)
+        self.held = 0                  # bytes reserved for this connection
+        self.need = 0                  # bytes still to reserve while parked
+        self.partial = b""             # body bytes received before parking (reserved)
+        self.last_activity = now
+        self.frame_started = 0.0       # when the current frame's first byte arrived
+        # Fields the I/O shell owns; kept here so one object describes a connection.
+        self.fd = -1
+        self.sock: object = None
+        self.io: object = None         # what fastio's calls take: the fd, or the socket
+        self.out: list[Buffer] = []
+        self.out_size = 0
+        self.write_started = 0.0
+        self.interest: int | None = None   # epoll mask; None = not registered
+        self.refusal: Exception | None = None
+        self.refused_call: tuple[str, int] = ("", 0)   # (method, seqid) of a refused frame
+        self.peer_gone = False
+        self.closing = False
+        self.linger_until = 0.0
+
+    def __repr__(self) -> str:
+        return f"<Connection {self.peer} {self.state.name} held={self.held}>"
+
+    # ----------------------------------------------------------------- transitions
+
+    def advance(self, event: Event) -> State:
+        """Apply ``event``; raise :class:`IllegalTransition` if the table forbids it."""
+        try:
+            self.state = TRANSITIONS[(self.state, event)]
+        except KeyError:
+            raise IllegalTransition(f"{self.state.name} has no transition on "
+                                    f"{event.name} ({self.peer})") from None
+        return self.state
+
+    # ----------------------------------------------------------------- reading
+
+    def header_read_limit(self) -> int:
+        """How many bytes the selector may read now, in READING_HEADER: the rest of the
+        length prefix plus as many body bytes as the budget can hold right now."""
+        return 4 - len(self.hdr) + min(SCRATCH_SIZE, self.budget.free_now())
+
+    def frame_view(self) -> memoryview:
+        """Where the rest of the current frame goes (READING_FRAME)."""
+        assert isinstance(self.frame, bytearray)
+        return memoryview(self.frame)[self.pos:]
+
+    def received(self, data: Buffer, reserved: bool = False) -> Event | None:
+        """Take bytes that arrived in READING_HEADER.
+
+        ``reserved`` says the bytes are already counted in the budget (``leftover``);
+        otherwise everything past the length prefix is reserved now, which always fits
+        because the selector read no more than :meth:`header_read_limit`.
+
+        Returns the event applied (FRAME_COMPLETE when a whole frame is now in
+        :attr:`frame`, FRAME_ADMITTED when more must be read, FRAME_PARKED when memory
+        must free first, REFUSED when the length is unacceptable; :attr:`refusal` then
+        holds the error), or None when the length prefix is still incomplete.
+        """
+        view = memoryview(data)
+        if not reserved and not self.hdr and len(view) > 4 and \
+                self.state is State.READING_HEADER:
+            # Fast path, the common case: exactly one whole frame in one read. The same
+            # transitions as below (FRAME_ADMITTED, then FRAME_COMPLETE; checked against
+            # the table at import), without the general bookkeeping.
+            size = _LENGTH.unpack_from(view)[0]
+            if size == len(view) - 4 and size <= self.max_frame_size and \
+                    size <= self.budget.capacity:
+                self.budget.force_reserve(size)
+                self.held += size
+                self.frame = bytes(view[4:])
+                self.size = self.pos = size
+                self.state = _ONE_READ_FRAME
+                return Event.FRAME_COMPLETE
+        missing = 4 - len(self.hdr)
+        if len(view) < missing:
+            self.hdr += bytes(view)
+            if reserved:
+                self._give_back(len(view))
+            return None
+        prefix = self.hdr + bytes(view[:missing]) if self.hdr else bytes(view[:4])
+        self.hdr = b""
+        body = view[missing:]
+        if reserved:
+            self._give_back(missing)      # the prefix is no longer buffered
+        else:
+            self.budget.force_reserve(len(body))
+            self.held += len(body)
+        size = _LENGTH.unpack(prefix)[0]
+        error = self._check_size(size, prefix)
+        if error is not None:
+            self.refusal = error
+            self.refused_call = _peek_call(body)
+            self._give_back(self.held)
+            self.advance(Event.REFUSED)
+            return Event.REFUSED
+        self.size = size
+        have = len(body)
+        if have >= size:
+            # Whole frame (and perhaps the start of the next one) already here; all of it
+            # was reserved above.
+            self.frame = bytes(body[:size])
+            self.leftover = bytes(body[size:])
+            self.pos = size
+            self.advance(Event.FRAME_ADMITTED)
+            self.advance(Event.FRAME_COMPLETE)
+            return Event.FRAME_COMPLETE
+        if self.budget.try_reserve(size - have):
+            self.held += size - have
+            self._start_frame(body)
+            self.advance(Event.FRAME_ADMITTED)
+            return Event.FRAME_ADMITTED
+        self.partial = bytes(body)
+        self.need = size - have
+        self.budget.park(self)
+        self.advance(Event.FRAME_PARKED)
+        return Event.FRAME_PARKED
+
+    def _check_size(self, size: int, prefix: bytes) -> Exception | None:
+        if size <= 0 or size > self.max_frame_size or size > self.budget.capacity:
+            kind = classify_prefix(prefix)
+            if kind is not None:
+                return NotThriftError(kind, prefix)
+        if size < 0:
+            return NotThriftError("a negative frame length (is the client using "
+                                  "TFramedTransport?)", prefix)
+        if size == 0:
+            return NotThriftError("an empty frame", prefix)
+        if size > self.max_frame_size:
+            return FrameSizeError(size, self.max_frame_size, "the max frame size")
+        if size > self.budget.capacity:
+            return FrameSizeError(size, self.budget.capacity,
+                                  "the server's whole read-buffer budget "
+                                  "(max_read_buffer_bytes)")
+        return None
+
+    def _start_frame(self, body: Buffer) -> None:
+        frame = bytearray(self.size)
+        n = len(memoryview(body))
+        frame[:n] = body
+        self.frame = frame
+        self.pos = n
+
+    def memory_granted(self) -> None:
+        """The budget reserved :attr:`need` for this parked frame (called by admit())."""
+        self.held += self.size - len(self.partial)
+        self._start_frame(self.partial)
+        self.partial = b""
+        self.advance(Event.MEMORY_GRANTED)
+
+    def frame_bytes_received(self, n: int) -> bool:
+        """``n`` more bytes landed in :meth:`frame_view`; True once the frame is whole."""
+        self.pos += n
+        if self.pos >= self.size:
+            self.advance(Event.FRAME_COMPLETE)
+            return True
+        return False
+
+    # ----------------------------------------------------------------- outcomes
+
+    def request_done(self) -> None:
+        """The request's outcome is back: free its frame, keep any pipelined bytes.
+        A connection closed meanwhile already released everything."""
+        if self.state is State.CLOSED:
+            return
+        self.frame = None
+        self._give_back(self.size)
+        self.size = 0
+        self.pos = 0
+
+    def answered(self) -> None:
+        """The request's reply was ready and went out whole: :meth:`request_done`,
+        then REPLY_READY and REPLY_SENT (PROCESSING -> READING_HEADER) in one step, the
+        common end of a request."""
+        if self.state is not S.PROCESSING:
+            raise IllegalTransition(f"{self.state.name} has no transition on "
+                                    f"{E.REPLY_READY.name} ({self.peer})")
+        self.request_done()
+        self.state = _ANSWERED
+
+    def close(self) -> int:
+        """Close: unpark, release everything still held; return the bytes released."""
+        if self.state is State.AWAITING_MEMORY:
+            self.budget.unpark(self)
+        released = self.held
+        self._give_back(self.held)
+        self.frame = None
+        self.leftover = b""
+        self.partial = b""
+        self.need = 0
+        if self.state is not State.CLOSED:
+            self.advance(Event.CLOSE)
+        return released
+
+    def _give_back(self, n: int) -> None:
+        if n:
+            self.held -= n
+            self.budget.release(n)
+
+    @property
+    def mid_frame(self) -> bool:
+        """True while a frame has started arriving but is not complete."""
+        return bool(self.hdr) or self.state in (State.READING_FRAME, State.AWAITING_MEMORY)

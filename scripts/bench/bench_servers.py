@@ -1,0 +1,842 @@
+"""Benchmark nimbus-thrift against other Thrift servers on the same echo service.
+
+Every server serves ``Echo.echo(s)`` of idl/demo.thrift over framed transport and the
+binary protocol, in a process of its own, on 127.0.0.1. The C load generator
+(scripts/bench/loadgen.c) drives each one with the same closed loop: N connections,
+each sending one call and waiting for its reply before the next.
+
+    core 0                          core 1
+    +--------------------------+    +--------------------------------------+
+    | server under test        |    | loadgen (1 thread, epoll, N conns)   |
+    | (all of its threads)     |<-->| this script (idle while loadgen runs)|
+    +--------------------------+    | strace, with --strace                |
+                                    +--------------------------------------+
+
+Scenarios (payload = the string echoed):
+
+    c1, c16, c256   1, 16, 256 connections, 16-byte payload: calls/s, p50/p99 latency
+    1mib            4 connections, 1 MiB payload: MB/s (payload bytes x calls / s)
+
+Each scenario runs for --warmup + --duration seconds; only calls completing in the
+last --duration seconds count. After its scenarios, a server's peak RSS (VmHWM) is
+read from /proc and the server is stopped (SIGTERM, then SIGKILL).
+
+Servers that cannot run here (no JDK, no Thrift compiler, our package not importable
+yet) are reported as unavailable with the reason, and the others still run.
+
+Usage:
+    scripts/bench.sh [options]                # sets everything up first
+    .venv/bin/python scripts/bench/bench_servers.py [--duration S] [--warmup S]
+        [--servers a,b] [--scenarios c1,c16] [--json] [--strace]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+import importlib.util
+
+
+def _allocator_env() -> dict[str, str]:
+    """The daemon's allocator settings, read from nimbus_thrift/tuning.py by path: the
+    harness does not import our package, so it still runs the peers when ours is broken."""
+    path = Path(__file__).resolve().parents[2] / "nimbus_thrift" / "tuning.py"
+    spec = importlib.util.spec_from_file_location("_nimbus_tuning", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return dict(module.ALLOCATOR_ENV)
+
+
+ALLOCATOR_ENV = _allocator_env()
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "scripts" / "bench"
+BUILD = BENCH / "build"
+DEMO_IDL = REPO / "idl" / "demo.thrift"
+LOADGEN_SRC = BENCH / "loadgen.c"
+LOADGEN = BUILD / "loadgen"
+HOST = "127.0.0.1"
+
+SERVER_CORE = 0
+LOADGEN_CORE = 1
+
+#: Storm's nimbus.thrift.threads default; every server with a worker pool gets it.
+WORKER_THREADS = 64
+#: Storm's nimbus.childopts default heap; the Java server runs with it.
+JAVA_HEAP = "-Xmx1024m"
+#: Share of a core used by other processes during a run above which the report warns.
+OTHER_CPU_WARN = 0.10
+#: Load generator CPU share above which it may be the bottleneck and the report says so.
+LOADGEN_CPU_WARN = 0.85
+#: Seconds loadgen may spend connecting before the report mentions it.
+SLOW_SETUP = 0.5
+#: Seconds a server may take from exec to accepting connections (a cold JVM takes ~1).
+STARTUP_TIMEOUT = 60.0
+#: Seconds between SIGTERM and SIGKILL when stopping a server.
+STOP_GRACE = 5.0
+#: Seconds beyond warm-up + duration after which a hung loadgen is killed.
+LOADGEN_SLACK = 30.0
+
+PYTHON_PEERS = ("thriftpy2-threaded", "thriftpy2-aio", "apache-nonblocking")
+SERVERS = ("nimbus", *PYTHON_PEERS, "java-hsha")
+JAVA_JAR_CANDIDATES = (
+    Path("/usr/share/java/libthrift.jar"),
+    Path("/usr/share/java/thrift.jar"),
+    Path("/usr/share/maven-repo/org/apache/thrift/libthrift/debian/libthrift-debian.jar"),
+)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    connections: int
+    payload: int
+    label: str
+    #: True: the table shows MB/s; False: calls/s and latency.
+    bulk: bool = False
+
+
+SCENARIOS = {
+    s.name: s
+    for s in (
+        Scenario("c1", 1, 16, "1 conn"),
+        Scenario("c16", 16, 16, "16 conns"),
+        Scenario("c256", 256, 16, "256 conns"),
+        Scenario("1mib", 4, 1 << 20, "4 conns x 1 MiB", bulk=True),
+    )
+}
+#: The scenario the --strace run repeats, and the one the Java p99 comparison uses.
+STRACE_SCENARIO = "c16"
+JAVA_P99_SCENARIO = "c256"
+
+
+class Unavailable(Exception):
+    """A server cannot run on this machine; the message says why, as a phrase."""
+
+
+@dataclass
+class ServerResult:
+    name: str
+    status: str = "ok"  # ok | unavailable | failed
+    reason: str = ""
+    scenarios: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rss_peak_kib: int | None = None
+    strace: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "rss_peak_kib": self.rss_peak_kib,
+            "scenarios": self.scenarios,
+            "strace": self.strace,
+        }
+
+
+def log(msg: str) -> None:
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- building
+
+
+def newer_than(target: Path, *sources: Path) -> bool:
+    """True if target exists and is newer than every source."""
+    if not target.exists():
+        return False
+    t = target.stat().st_mtime
+    return all(t >= s.stat().st_mtime for s in sources if s.exists())
+
+
+def check_loadgen() -> None:
+    if not newer_than(LOADGEN, LOADGEN_SRC):
+        raise SystemExit(
+            f"bench: {LOADGEN.relative_to(REPO)} is missing or older than its source; "
+            "run scripts/bench.sh, or: gcc -O2 -Wall -Wextra -o "
+            f"{LOADGEN.relative_to(REPO)} {LOADGEN_SRC.relative_to(REPO)}"
+        )
+
+
+def thrift_compiler() -> str:
+    path = shutil.which("thrift")
+    if path is None:
+        raise Unavailable("the Thrift compiler `thrift` is not installed (apt-get install thrift-compiler)")
+    return path
+
+
+def build_apache_py() -> Path:
+    """Generate Apache Thrift's Python code for demo.thrift; return the gen-py directory."""
+    out = BUILD / "gen-py"
+    stamp = out / "nimbus_demo" / "Echo.py"
+    if not newer_than(stamp, DEMO_IDL):
+        compiler = thrift_compiler()
+        out.mkdir(parents=True, exist_ok=True)
+        run_build([compiler, "--gen", "py", "-out", str(out), str(DEMO_IDL)])
+    return out
+
+
+def java_classpath_jars() -> list[Path]:
+    thrift_jar = next((p for p in JAVA_JAR_CANDIDATES if p.exists()), None)
+    if thrift_jar is None:
+        raise Unavailable("libthrift-java is not installed (no /usr/share/java/libthrift.jar or thrift.jar)")
+    slf4j = Path("/usr/share/java/slf4j-api.jar")
+    if not slf4j.exists():
+        raise Unavailable("slf4j-api.jar, which libthrift needs, is not in /usr/share/java")
+    jars = [thrift_jar, slf4j]
+    # libthrift logs through slf4j; without a binding it prints a warning at start.
+    nop = Path("/usr/share/java/slf4j-nop.jar")
+    if nop.exists():
+        jars.append(nop)
+    return jars
+
+
+def build_java() -> list[str]:
+    """Generate and compile the Java echo server; return the command that runs it
+    (without the port)."""
+    for tool in ("java", "javac"):
+        if shutil.which(tool) is None:
+            raise Unavailable(f"`{tool}` is not installed (apt-get install default-jdk-headless)")
+    jars = java_classpath_jars()
+    src = BENCH / "java" / "EchoHsHa.java"
+    gen = BUILD / "gen-java"
+    classes = BUILD / "java-classes"
+    main_class = classes / "EchoHsHa.class"
+    if not newer_than(main_class, src, DEMO_IDL, *jars):
+        compiler = thrift_compiler()
+        shutil.rmtree(gen, ignore_errors=True)
+        shutil.rmtree(classes, ignore_errors=True)
+        gen.mkdir(parents=True)
+        classes.mkdir(parents=True)
+        # JDK 11+ has no javax.annotation.Generated; the generator would emit it.
+        run_build([compiler, "--gen", "java:generated_annotations=suppress", "-out", str(gen), str(DEMO_IDL)])
+        sources = [str(p) for p in sorted(gen.rglob("*.java"))] + [str(src)]
+        cp = ":".join(str(j) for j in jars)
+        run_build(["javac", "-nowarn", "-d", str(classes), "-cp", cp, *sources])
+    cp = ":".join([str(classes), *(str(j) for j in jars)])
+    return ["java", JAVA_HEAP, "-cp", cp, "EchoHsHa"]
+
+
+def run_build(cmd: list[str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise Unavailable(f"`{Path(cmd[0]).name}` failed: " + " | ".join(tail))
+
+
+def server_command(name: str, port: int) -> list[str]:
+    """The argv that runs server `name` on `port`; builds what it needs first."""
+    py = [sys.executable, str(BENCH / "peer_servers.py")]
+    if name == "java-hsha":
+        return [*build_java(), str(port), str(WORKER_THREADS)]
+    if name == "apache-nonblocking":
+        gen = build_apache_py()
+        return [*py, name, "--port", str(port), "--workers", str(WORKER_THREADS), "--gen-py", str(gen)]
+    return [*py, name, "--port", str(port), "--workers", str(WORKER_THREADS)]
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def pin_to(core: int | None) -> Callable[[], None] | None:
+    """A preexec_fn that pins the child (and every thread it starts) to one core."""
+    if core is None:
+        return None
+    return lambda: os.sched_setaffinity(0, {core})
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(proc: subprocess.Popen[bytes], port: int, err_path: Path) -> None:
+    """Return once `port` accepts a connection; raise Unavailable if the server exits
+    first or does not listen within STARTUP_TIMEOUT."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while True:
+        if proc.poll() is not None:
+            raise Unavailable(f"exited with {proc.returncode} before listening: {last_lines(err_path)}")
+        try:
+            with socket.create_connection((HOST, port), timeout=1.0):
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise Unavailable(f"not listening on port {port} after {STARTUP_TIMEOUT:.0f} s")
+        # Polling interval while the server starts, not a guess at when it is ready.
+        time.sleep(0.02)
+
+
+def last_lines(path: Path, n: int = 2) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "(no output)"
+    return " | ".join(lines[-n:]) or "(no output)"
+
+
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM, then SIGKILL after STOP_GRACE; only ever our own child, by its PID."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=STOP_GRACE)
+    except subprocess.TimeoutExpired:
+        log(f"pid {proc.pid} ignored SIGTERM for {STOP_GRACE:.0f} s; sending SIGKILL")
+        proc.kill()
+        proc.wait()
+
+
+def vm_hwm_kib(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of all threads of `pid` so far."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Fields after the parenthesised command name; utime and stime are fields 14, 15.
+    fields = stat.rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def system_busy_seconds() -> float:
+    """CPU time all cores spent in user, nice and system mode since boot. Interrupt
+    and softirq time is left out: loopback TCP is mostly softirq work, which the kernel
+    does not charge to the processes whose traffic it is."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    user, nice, system = (int(x) for x in fields[1:4])
+    return (user + nice + system) / os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    duration: float
+    warmup: float
+    pin: bool
+    #: Give every server the allocator settings nimbus-thrift's daemon uses (see
+    #: nimbus_thrift/tuning.py), so a 1 MiB comparison measures the servers, not glibc's
+    #: defaults. --untuned-malloc runs everyone with the defaults instead.
+    tuned_malloc: bool = True
+
+
+def server_env(cfg: RunConfig) -> dict[str, str]:
+    """The environment of a server process: ours, plus the allocator settings for all
+    servers alike (Java's heap is its own; glibc's settings only touch its native side)."""
+    env = dict(os.environ)
+    if cfg.tuned_malloc:
+        env.update(ALLOCATOR_ENV)
+    else:
+        for key in ALLOCATOR_ENV:
+            env.pop(key, None)
+    return env
+
+
+def run_loadgen(
+    port: int, scenario: Scenario, cfg: RunConfig, server_pid: int | None = None
+) -> dict[str, Any]:
+    """Run one loadgen; return its JSON result. With `server_pid`, also add
+    ``server_cpu_util``: the server's CPU time over the measured window divided by the
+    window (1.0 = its core was saturated), sampled when loadgen says the window opens
+    and closes (its stderr lines "loadgen: measuring" / "loadgen: done")."""
+    cmd = [
+        str(LOADGEN),
+        "--host", HOST,
+        "--port", str(port),
+        "--connections", str(scenario.connections),
+        "--payload", str(scenario.payload),
+        "--duration", str(cfg.duration),
+        "--warmup", str(cfg.warmup),
+    ]
+    deadline = time.monotonic() + cfg.warmup + cfg.duration + LOADGEN_SLACK
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=pin_to(LOADGEN_CORE if cfg.pin else None),
+    )
+    marks: dict[str, tuple[float, float | None, float]] = {}
+    diagnostics: list[str] = []
+    try:
+        assert proc.stderr is not None and proc.stdout is not None
+        # stdout is one short line, written after "done": reading stderr to its end
+        # first cannot deadlock on a full stdout pipe.
+        while True:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"loadgen did not finish within {LOADGEN_SLACK:.0f} s of its run time")
+            line = proc.stderr.readline()
+            if not line:
+                break
+            mark = line.strip().removeprefix("loadgen: ")
+            if mark in ("measuring", "done"):
+                marks[mark] = (
+                    time.monotonic(),
+                    cpu_seconds(server_pid) if server_pid else None,
+                    system_busy_seconds(),
+                )
+            else:
+                diagnostics.append(line.rstrip())
+        out = proc.stdout.read()
+        proc.wait(timeout=LOADGEN_SLACK)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if proc.returncode != 0 or not out.strip():
+        raise RuntimeError(f"loadgen exited with {proc.returncode}: {' | '.join(diagnostics)[-300:]}")
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    if "measuring" in marks and "done" in marks:
+        (t0, c0, b0), (t1, c1, b1) = marks["measuring"], marks["done"]
+        if c0 is not None and c1 is not None and t1 > t0:
+            server = (c1 - c0) / (t1 - t0)
+            result["server_cpu_util"] = round(server, 3)
+            # Whatever else kept the cores busy meanwhile (other processes, this
+            # script): more than a few percent means the numbers are disturbed.
+            other = (b1 - b0) / (t1 - t0) - server - result["cpu_util"]
+            result["other_cpu_util"] = round(max(0.0, other), 3)
+    return result
+
+
+STRACE_TOTAL = re.compile(r"^\s*100\.00\s+\S+\s+(?:\S+\s+)?(\d+)\s+(?:\d+\s+)?total\s*$")
+
+
+def strace_run(pid: int, port: int, cfg: RunConfig, logs: Path) -> dict[str, Any]:
+    """Run the STRACE_SCENARIO again with `strace -c -f` attached to the server and
+    return syscalls per call. strace slows the server a lot; these calls/s are not
+    comparable with the table's."""
+    strace = shutil.which("strace")
+    if strace is None:
+        raise Unavailable("strace is not installed")
+    out = logs / f"strace-{pid}.txt"
+    err = logs / f"strace-{pid}.err"
+    with open(err, "wb") as err_f:
+        proc = subprocess.Popen(
+            [strace, "-c", "-f", "-o", str(out), "-p", str(pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=err_f,
+            preexec_fn=pin_to(LOADGEN_CORE if cfg.pin else None),
+        )
+    try:
+        # strace says "Process N attached [with M threads]" once it has them all.
+        deadline = time.monotonic() + 10.0
+        while "attached" not in err.read_text(errors="replace"):
+            if proc.poll() is not None:
+                raise Unavailable(f"strace exited: {last_lines(err)}")
+            if time.monotonic() > deadline:
+                raise Unavailable("strace did not attach within 10 s")
+            time.sleep(0.02)
+        result = run_loadgen(port, SCENARIOS[STRACE_SCENARIO], cfg)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # detach and write the summary
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    by_call: dict[str, int] = {}
+    total = 0
+    for line in out.read_text(errors="replace").splitlines():
+        m = STRACE_TOTAL.match(line)
+        if m:
+            total = int(m.group(1))
+            continue
+        parts = line.split()
+        if len(parts) in (5, 6) and re.fullmatch(r"[\d.]+", parts[0]) and parts[3].isdigit():
+            by_call[parts[-1]] = int(parts[3])
+    calls = max(1, int(result["calls_total"]))
+    top = sorted(by_call.items(), key=lambda kv: -kv[1])[:6]
+    return {
+        "scenario": STRACE_SCENARIO,
+        "calls": result["calls_total"],
+        "calls_per_s_under_strace": result["calls_per_s"],
+        "syscalls": total,
+        "syscalls_per_call": round(total / calls, 2),
+        "top_per_call": {name: round(n / calls, 2) for name, n in top},
+    }
+
+
+def bench_server(name: str, scenarios: list[Scenario], cfg: RunConfig, want_strace: bool) -> ServerResult:
+    res = ServerResult(name)
+    logs = BUILD / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    try:
+        port = free_port()
+        cmd = server_command(name, port)
+    except Unavailable as exc:
+        res.status, res.reason = "unavailable", str(exc)
+        return res
+    out_path, err_path = logs / f"{name}.out", logs / f"{name}.err"
+    with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out_f,
+            stderr=err_f,
+            cwd=REPO,
+            env=server_env(cfg),
+            preexec_fn=pin_to(SERVER_CORE if cfg.pin else None),
+        )
+    try:
+        wait_listening(proc, port, err_path)
+        log(f"{name}: pid {proc.pid} listening on {HOST}:{port}")
+        for sc in scenarios:
+            r = run_loadgen(port, sc, cfg, server_pid=proc.pid)
+            res.scenarios[sc.name] = r
+            log(
+                f"{name} {sc.name}: {r['calls_per_s']:.0f} calls/s, p50 {r['latency_us']['p50']} us, "
+                f"p99 {r['latency_us']['p99']} us, {r['mb_per_s']:.1f} MB/s, errors {r['errors']}, "
+                f"cpu server {r.get('server_cpu_util', 0):.0%} loadgen {r['cpu_util']:.0%} "
+                f"other {r.get('other_cpu_util', 0):.0%}"
+            )
+            if proc.poll() is not None:
+                raise Unavailable(f"exited with {proc.returncode} during {sc.name}: {last_lines(err_path)}")
+        if want_strace:
+            try:
+                res.strace = strace_run(proc.pid, port, cfg, logs)
+            except Unavailable as exc:
+                res.strace = {"unavailable": str(exc)}
+        res.rss_peak_kib = vm_hwm_kib(proc.pid)
+    except Unavailable as exc:
+        res.status, res.reason = ("unavailable" if not res.scenarios else "failed"), str(exc)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        res.status, res.reason = "failed", str(exc)
+    finally:
+        stop_process(proc)
+    return res
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def fmt_us(us: float | None) -> str:
+    if us is None:
+        return "-"
+    if us < 1000:
+        return f"{us:.0f}us"
+    if us < 10_000:
+        return f"{us / 1000:.2f}ms"
+    if us < 1_000_000:
+        return f"{us / 1000:.1f}ms"
+    return f"{us / 1e6:.2f}s"
+
+
+def fmt_rate(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def cells(res: ServerResult, sc: Scenario) -> list[str]:
+    r = res.scenarios.get(sc.name)
+    width = 2 if sc.bulk else 3
+    if r is None:
+        return ["-"] * width
+    flag = "!" if r["errors"] else ""
+    p99 = fmt_us(r["latency_us"]["p99"]) + flag
+    if sc.bulk:
+        return [f"{r['mb_per_s']:.1f}", p99]
+    return [fmt_rate(r["calls_per_s"]), fmt_us(r["latency_us"]["p50"]), p99]
+
+
+def render_table(results: list[ServerResult], scenarios: list[Scenario]) -> str:
+    head1 = ["server"]
+    head2 = [""]
+    groups: list[int] = []
+    for sc in scenarios:
+        sub = ["MB/s", "p99"] if sc.bulk else ["calls/s", "p50", "p99"]
+        head1 += [sc.label] + [""] * (len(sub) - 1)
+        head2 += sub
+        groups.append(len(sub))
+    head1 += ["RSS peak"]
+    head2 += ["MiB"]
+    rows = []
+    for res in results:
+        if res.status == "unavailable" and not res.scenarios:
+            rows.append([res.name, "unavailable (see below)"])
+            continue
+        row = [res.name]
+        for sc in scenarios:
+            row += cells(res, sc)
+        row.append(f"{res.rss_peak_kib / 1024:.0f}" if res.rss_peak_kib else "-")
+        rows.append(row)
+    table = [head1, head2] + [r for r in rows if len(r) > 2]
+    ncol = len(head1)
+    widths = [max(len(r[i]) for r in table if i < len(r)) for i in range(ncol)]
+    # A group label wider than its columns widens the group's last column.
+    col = 1
+    for sc, n in zip(scenarios, groups):
+        span = sum(widths[col:col + n]) + 2 * (n - 1)
+        if len(sc.label) > span:
+            widths[col + n - 1] += len(sc.label) - span
+        col += n
+
+    def line(r: list[str]) -> str:
+        if len(r) == 2 and r[1].startswith("unavailable"):
+            return f"{r[0]:<{widths[0]}}  {r[1]}"
+        parts = [f"{r[0]:<{widths[0]}}"]
+        c = 1
+        for n in groups + [1]:
+            group = []
+            for i in range(c, c + n):
+                group.append(f"{r[i]:>{widths[i]}}" if r is not head1 else r[i])
+            if r is head1:
+                span = sum(widths[c:c + n]) + 2 * (n - 1)
+                parts.append(f"{group[0]:^{span}}")
+            else:
+                parts.append("  ".join(group))
+            c += n
+        return " | ".join(parts).rstrip()
+
+    return "\n".join(line(r) for r in [head1, head2] + rows)
+
+
+def best_peer(results: list[ServerResult], sc: str, key: Callable[[dict[str, Any]], float], low: bool) -> tuple[str, float] | None:
+    cands = [
+        (r.name, key(r.scenarios[sc]))
+        for r in results
+        if r.name in PYTHON_PEERS and sc in r.scenarios and r.scenarios[sc]["calls"] > 0
+    ]
+    if not cands:
+        return None
+    return (min if low else max)(cands, key=lambda kv: kv[1])
+
+
+def comparisons(results: list[ServerResult], scenarios: list[Scenario]) -> dict[str, Any]:
+    by_name = {r.name: r for r in results}
+    ours = by_name.get("nimbus")
+    out: dict[str, Any] = {"vs_best_python_peer": {}, "p99_vs_java": None}
+    if ours is None:
+        return out
+    for sc in scenarios:
+        mine = ours.scenarios.get(sc.name)
+        if not mine or not mine["calls"]:
+            continue
+        rate_key: Callable[[dict[str, Any]], float] = (
+            (lambda r: r["mb_per_s"]) if sc.bulk else (lambda r: r["calls_per_s"])
+        )
+        entry: dict[str, Any] = {}
+        best = best_peer(results, sc.name, rate_key, low=False)
+        if best and best[1] > 0:
+            entry["throughput"] = {"peer": best[0], "ratio": round(rate_key(mine) / best[1], 3)}
+        best = best_peer(results, sc.name, lambda r: r["latency_us"]["p99"], low=True)
+        if best and best[1] > 0:
+            entry["p99"] = {"peer": best[0], "ratio": round(mine["latency_us"]["p99"] / best[1], 3)}
+        out["vs_best_python_peer"][sc.name] = entry
+    java = by_name.get("java-hsha")
+    mine = ours.scenarios.get(JAVA_P99_SCENARIO)
+    theirs = java.scenarios.get(JAVA_P99_SCENARIO) if java else None
+    if mine and theirs and theirs["latency_us"]["p99"]:
+        out["p99_vs_java"] = {
+            "scenario": JAVA_P99_SCENARIO,
+            "nimbus_us": mine["latency_us"]["p99"],
+            "java_us": theirs["latency_us"]["p99"],
+            "ratio": round(mine["latency_us"]["p99"] / theirs["latency_us"]["p99"], 3),
+        }
+    return out
+
+
+def render_report(results: list[ServerResult], scenarios: list[Scenario], cfg: RunConfig, comp: dict[str, Any]) -> str:
+    lines = [
+        f"Echo benchmark: closed loop, {cfg.duration:g} s measured after {cfg.warmup:g} s warm-up per scenario; "
+        + (f"server on core {SERVER_CORE}, loadgen on core {LOADGEN_CORE}" if cfg.pin else "NOT pinned (fewer than 2 cores)")
+        + "; 16-byte payload unless stated; MB = 10^6 bytes; ! = errors (listed below)",
+        "Allocator: every server runs with "
+        + (" ".join(f"{k}={v}" for k, v in ALLOCATOR_ENV.items()) + " (the daemon's settings)"
+           if cfg.tuned_malloc else "glibc's default settings (--untuned-malloc)"),
+        "",
+        render_table(results, scenarios),
+        "",
+        "CPU over the measured window, share of one core: server / loadgen / anything else",
+    ]
+    for res in results:
+        if not res.scenarios:
+            continue
+        parts = []
+        for sc in scenarios:
+            r = res.scenarios.get(sc.name)
+            if r:
+                parts.append(
+                    f"{sc.name} {r.get('server_cpu_util', 0):.0%}/{r['cpu_util']:.0%}/{r.get('other_cpu_util', 0):.0%}"
+                )
+        lines.append(f"  {res.name:<20} " + "  ".join(parts))
+    vs = comp["vs_best_python_peer"]
+    if vs:
+        lines += ["", "nimbus vs the best Python peer (throughput: higher is better; p99: lower is better):"]
+        for sc in scenarios:
+            e = vs.get(sc.name)
+            if not e:
+                continue
+            what = "MB/s" if sc.bulk else "calls/s"
+            bits = []
+            if "throughput" in e:
+                bits.append(f"{what} {e['throughput']['ratio']:.2f}x {e['throughput']['peer']}")
+            if "p99" in e:
+                bits.append(f"p99 {e['p99']['ratio']:.2f}x {e['p99']['peer']}")
+            lines.append(f"  {sc.label:<18} " + ", ".join(bits))
+    j = comp["p99_vs_java"]
+    if j:
+        lines += [
+            "",
+            f"nimbus p99 at {SCENARIOS[j['scenario']].label}: {fmt_us(j['nimbus_us'])} "
+            f"vs java-hsha {fmt_us(j['java_us'])} ({j['ratio']:.2f}x)",
+        ]
+    busy = [
+        f"{res.name} {name} ({r['other_cpu_util']:.0%})"
+        for res in results
+        for name, r in res.scenarios.items()
+        if r.get("other_cpu_util", 0) > OTHER_CPU_WARN
+    ]
+    if busy:
+        lines += ["", "WARNING: something else used the CPUs during " + ", ".join(busy)
+                  + "; those numbers are disturbed."]
+    saturated = [
+        f"{res.name} {name} ({r['cpu_util']:.0%})"
+        for res in results
+        for name, r in res.scenarios.items()
+        if r["cpu_util"] > LOADGEN_CPU_WARN
+    ]
+    if saturated:
+        lines += ["", "WARNING: the load generator was near saturation during " + ", ".join(saturated)
+                  + "; those numbers are lower bounds for the server."]
+    slow = [
+        f"{res.name} {name} {r['setup_s']:.1f} s"
+        for res in results
+        for name, r in res.scenarios.items()
+        if r.get("setup_s", 0) > SLOW_SETUP
+    ]
+    if slow:
+        lines += ["", "Slow connection setup (before the clock starts; usually an accept backlog "
+                      "overflowing, so SYNs are retried after 1 s): " + ", ".join(slow)]
+    errs = []
+    for res in results:
+        for name, r in res.scenarios.items():
+            if r["errors"]:
+                kinds = ", ".join(f"{k} {v}" for k, v in r["error_kinds"].items() if v)
+                errs.append(f"  {res.name} {name}: {r['errors']} errors ({kinds}); first: {r['first_error']}")
+        if res.status == "failed":
+            errs.append(f"  {res.name}: failed: {res.reason}")
+    if errs:
+        lines += ["", "ERRORS:"] + errs
+    for res in results:
+        if res.status == "unavailable":
+            lines.append(f"{res.name}: unavailable ({res.reason})")
+    traced = [r for r in results if r.strace]
+    if traced:
+        lines += ["", f"Syscalls per call under strace -c -f ({SCENARIOS[STRACE_SCENARIO].label}; "
+                      "strace slows the server, so its calls/s are not comparable):"]
+        for res in traced:
+            s = res.strace or {}
+            if "unavailable" in s:
+                lines.append(f"  {res.name:<20} unavailable ({s['unavailable']})")
+                continue
+            top = ", ".join(f"{k} {v:g}" for k, v in s["top_per_call"].items())
+            lines.append(f"  {res.name:<20} {s['syscalls_per_call']:.2f}  ({top})")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def csv_choice(allowed: tuple[str, ...] | list[str], what: str) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        bad = [n for n in names if n not in allowed]
+        if bad or not names:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {', '.join(bad) or '(none given)'}; choose from {', '.join(allowed)}"
+            )
+        return names
+
+    return parse
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Benchmark nimbus-thrift against other Thrift servers (echo, framed, binary).",
+    )
+    parser.add_argument("--duration", type=float, default=5.0, help="measured seconds per scenario (default 5)")
+    parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each (default 1)")
+    parser.add_argument("--servers", type=csv_choice(SERVERS, "server"), default=list(SERVERS),
+                        help=f"comma-separated subset of {','.join(SERVERS)}")
+    parser.add_argument("--scenarios", type=csv_choice(list(SCENARIOS), "scenario"), default=list(SCENARIOS),
+                        help=f"comma-separated subset of {','.join(SCENARIOS)}")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    parser.add_argument("--strace", action="store_true",
+                        help=f"also run {STRACE_SCENARIO} under `strace -c -f` and print syscalls per call")
+    parser.add_argument("--untuned-malloc", action="store_true",
+                        help="run every server with glibc's default allocator settings instead "
+                             "of the ones nimbus-thrift's daemon sets (applied to all servers)")
+    args = parser.parse_args(argv)
+    if args.duration <= 0 or args.warmup < 0:
+        parser.error("--duration must be positive and --warmup not negative")
+
+    check_loadgen()
+    cores = os.sched_getaffinity(0)
+    pin = {SERVER_CORE, LOADGEN_CORE} <= cores
+    if pin:
+        # This script only waits while loadgen runs, but keep it off the server's core.
+        os.sched_setaffinity(0, {LOADGEN_CORE})
+    else:
+        log(f"cores {sorted(cores)} do not include {SERVER_CORE} and {LOADGEN_CORE}; running unpinned")
+    cfg = RunConfig(duration=args.duration, warmup=args.warmup, pin=pin,
+                    tuned_malloc=not args.untuned_malloc)
+    scenarios = [SCENARIOS[n] for n in args.scenarios]
+
+    results = []
+    for name in [s for s in SERVERS if s in args.servers]:
+        log(f"{name}: starting")
+        res = bench_server(name, scenarios, cfg, args.strace)
+        if res.status != "ok":
+            log(f"{name}: {res.status} ({res.reason})")
+        results.append(res)
+    comp = comparisons(results, scenarios)
+
+    if args.json:
+        doc = {
+            "config": {
+                "duration_s": cfg.duration,
+                "warmup_s": cfg.warmup,
+                "pinned": pin,
+                "server_core": SERVER_CORE,
+                "loadgen_core": LOADGEN_CORE,
+                "worker_threads": WORKER_THREADS,
+                "allocator_env": ALLOCATOR_ENV if cfg.tuned_malloc else None,
+                "scenarios": {s.name: {"connections": s.connections, "payload_bytes": s.payload} for s in scenarios},
+            },
+            "servers": {r.name: r.to_json() for r in results},
+            "comparisons": comp,
+        }
+        print(json.dumps(doc, indent=2))
+    else:
+        print(render_report(results, scenarios, cfg, comp))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,405 @@
+"""The nimbus daemon end to end: the CLI and the Python client over real sockets, and a
+real daemon process killed with SIGKILL at arbitrary moments and restarted."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from click.testing import CliRunner
+
+from support.nimbus import FakeLauncher, N, make_zip, port_of, wordcount
+from nimbus_thrift.cli import main
+from nimbus_thrift.client.client import NimbusClient, NimbusClientError
+from nimbus_thrift.nimbus import DaemonError, NimbusDaemon, load_config
+from nimbus_thrift.nimbus.launcher import ComponentStats
+
+CLI = [str(Path(sys.executable).with_name("nimbus-thrift"))]
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[NimbusDaemon]:
+    config = load_config(env={}, flags={"data_dir": str(tmp_path / "data"), "port": 0})
+    d = NimbusDaemon(config, launcher=FakeLauncher())
+    d.start()
+    try:
+        yield d
+    finally:
+        d.stop(grace=5.0)
+
+
+def submit(port: int, name: str = "wc", conf: dict | None = None) -> str:
+    with NimbusClient("127.0.0.1", port, timeout=10) as client:
+        location = _upload(client, make_zip())
+        client.submitTopology(name, location, json.dumps(conf or {}), wordcount())
+        return next(t.id for t in client.getClusterInfo().topologies if t.name == name)
+
+
+def _upload(client: NimbusClient, data: bytes) -> str:
+    location = client.beginFileUpload()
+    for i in range(0, len(data), 1000):
+        client.uploadChunk(location, data[i:i + 1000])
+    client.finishFileUpload(location)
+    return location
+
+
+def cli(port: int, *args: str) -> Any:
+    return CliRunner().invoke(main, [*args, "--port", str(port)], catch_exceptions=False)
+
+
+# --- the CLI against an in-process daemon ---------------------------------------------
+
+def test_cli_list_table_and_json(daemon: NimbusDaemon) -> None:
+    port = port_of(daemon)
+    assert cli(port, "list").output.strip() == "no topologies"
+    tid = submit(port, conf={"topology.workers": 2})
+    result = cli(port, "list")
+    assert result.exit_code == 0
+    header, row = result.output.strip().splitlines()
+    assert header.split()[:4] == ["NAME", "ID", "STATUS", "WORKERS"]
+    assert row.split()[:6] == ["wc", tid, "ACTIVE", "2", "6", "6"]
+    listed = json.loads(cli(port, "list", "--json").output)
+    assert [(t["name"], t["id"], t["status"], t["num_executors"]) for t in listed] == \
+        [("wc", tid, "ACTIVE", 6)]
+
+
+def test_cli_info_shows_components_and_figures(daemon: NimbusDaemon) -> None:
+    port = port_of(daemon)
+    tid = submit(port)
+    launcher = daemon.handler.launcher   # type: ignore[union-attr]
+    launcher.stats[tid] = {"count": ComponentStats(emitted=900, processed=1200, rate=30.0,
+                                                   latency_ms=12.5)}
+    text = cli(port, "info", "wc").output
+    assert f"id:         {tid}" in text and "status:     ACTIVE" in text
+    count_row = next(line for line in text.splitlines() if line.startswith("count "))
+    assert count_row.split() == ["count", "3", "3", "900", "1,200", "30.0", "12.5"]
+    data = json.loads(cli(port, "info", "wc", "--json").output)
+    components = {c["component"]: c for c in data["components"]}
+    assert components["count"]["processed"] == 1200 and components["split"]["executors"] == 2
+    assert data["id"] == tid and len(data["executors"]) == 6
+
+
+def test_cli_lifecycle(daemon: NimbusDaemon) -> None:
+    port = port_of(daemon)
+    tid = submit(port)
+    assert cli(port, "deactivate", "wc").output.strip() == "deactivated wc"
+    assert daemon.store.topology(tid).status == "INACTIVE"   # type: ignore[union-attr]
+    assert cli(port, "activate", "wc").output.strip() == "activated wc"
+    assert daemon.store.topology(tid).status == "ACTIVE"     # type: ignore[union-attr]
+    result = cli(port, "rebalance", "wc", "-w", "3600", "-n", "3", "-e", "split=1")
+    assert result.output.strip() == "rebalancing wc"
+    action = daemon.store.action(tid)                        # type: ignore[union-attr]
+    assert action is not None and action.options == {"num_workers": 3,
+                                                     "num_executors": {"split": 1}}
+    assert cli(port, "kill", "wc", "-w", "3600").output.strip() == \
+        "killed wc; removed in 3600 s"
+    assert daemon.store.topology(tid).status == "KILLED"     # type: ignore[union-attr]
+
+
+def test_cli_conf(daemon: NimbusDaemon) -> None:
+    port = port_of(daemon)
+    values = json.loads(cli(port, "conf", "--json").output)
+    assert values["nimbus.thrift.port"] == port
+    table = cli(port, "conf").output
+    assert re.search(r"^nimbus\.thrift\.port\s+%d$" % port, table, re.M)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["kill", "ghost"], "Error: no topology named 'ghost'\n"),
+    (["activate", "ghost"], "Error: no topology named 'ghost'\n"),
+    (["info", "ghost"], "Error: no topology named 'ghost' (see 'nimbus-thrift list')\n"),
+])
+def test_cli_not_alive_is_one_sentence(daemon: NimbusDaemon, args: list[str],
+                                       message: str) -> None:
+    result = CliRunner().invoke(main, [*args, "--port", str(port_of(daemon))])
+    assert result.exit_code == 1
+    assert result.output == message
+
+
+def test_cli_invalid_rebalance_is_one_sentence(daemon: NimbusDaemon) -> None:
+    port = port_of(daemon)
+    submit(port)
+    result = CliRunner().invoke(main, ["rebalance", "wc", "-e", "split=9", "--port",
+                                       str(port)])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: component 'split' has 2 tasks")
+    result = CliRunner().invoke(main, ["rebalance", "wc", "-e", "split", "--port", str(port)])
+    assert result.exit_code == 2 and "'split' is not COMPONENT=N" in result.output
+
+
+def test_cli_refused_connection_is_one_sentence(tmp_path: Path) -> None:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = subprocess.run(CLI + ["list", "--port", str(port)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"Error: no nimbus at 127.0.0.1:{port}: connection refused")
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_second_daemon_on_the_same_data_dir_is_refused(daemon: NimbusDaemon) -> None:
+    other = NimbusDaemon(daemon.config)
+    with pytest.raises(DaemonError, match=rf"in use by another nimbus \(pid {os.getpid()}\)"):
+        other.start()
+
+
+def test_python_client_round_trip(daemon: NimbusDaemon, tmp_path: Path) -> None:
+    port = port_of(daemon)
+    tid = submit(port)
+    with NimbusClient("127.0.0.1", port, timeout=10) as client:
+        dest = tmp_path / "code.zip"
+        assert client.download_file(tid, dest) == len(make_zip())
+        assert dest.read_bytes() == make_zip()
+        with pytest.raises(N.NotAliveException):
+            client.getTopologyInfo("ghost-1-1")
+
+
+# --- a real daemon process, killed with SIGKILL -----------------------------------------
+
+class DaemonProcess:
+    """``nimbus-thrift nimbus`` as a child process; the port is read from its banner."""
+
+    def __init__(self, data_dir: Path | None, *args: str, env: dict[str, str] | None = None):
+        where = ["--data-dir", str(data_dir)] if data_dir is not None else []
+        self.proc = subprocess.Popen(
+            CLI + ["nimbus", "--port", "0", *where, "--log-format", "json",
+                   "--log-level", "info", *args],
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+            # Submitted topologies are stored, not run: no Spark in these tests.
+            env={**os.environ, "NIMBUS_THRIFT_LAUNCHER": "none", **(env or {})})
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+        self.port = 0
+        self.drainer = threading.Thread(target=self._drain, daemon=True)
+        self.drainer.start()
+        if not self.ready.wait(60) or not self.port:
+            self.proc.kill()
+            raise AssertionError("nimbus did not start:\n" + "".join(self.lines[-20:]))
+
+    def _drain(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:          # drained, so logging never blocks the daemon
+            self.lines.append(line)
+            match = re.match(r"nimbus listening on [^:]+:(\d+)", line)
+            if match:
+                self.port = int(match.group(1))
+                self.ready.set()
+        self.ready.set()
+
+    def sigkill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self._reap()
+
+    def sigterm(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self._reap()
+
+    def _reap(self) -> int:
+        rc = self.proc.wait(30)
+        self.drainer.join(30)
+        assert self.proc.stderr is not None
+        self.proc.stderr.close()
+        return rc
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+def _client(port: int) -> NimbusClient:
+    return NimbusClient("127.0.0.1", port, timeout=10, connect_timeout=5)
+
+
+def test_sigterm_stops_gracefully(data_dir: Path) -> None:
+    d = DaemonProcess(data_dir)
+    assert d.sigterm() == 0
+    events = [json.loads(line)["event"] for line in d.lines if line.startswith("{")]
+    assert events[-1] == "nimbus_stopped"
+
+
+def test_config_file_then_environment_then_flags(tmp_path: Path) -> None:
+    config = tmp_path / "nimbus.yaml"
+    config.write_text(f"data-dir: {tmp_path / 'from-file'}\nmax_upload_bytes: 1234\n")
+    env = {"NIMBUS_THRIFT_CONFIG": str(config)}
+    for data_dir, extra_env, expected in [
+            (None, {}, "from-file"),
+            (None, {"NIMBUS_THRIFT_DATA_DIR": str(tmp_path / "from-env")}, "from-env"),
+            (tmp_path / "from-flag", {"NIMBUS_THRIFT_DATA_DIR": str(tmp_path / "from-env")},
+             "from-flag")]:
+        d = DaemonProcess(data_dir, env={**env, **extra_env})
+        try:
+            with _client(d.port) as client:
+                conf = json.loads(client.getNimbusConf())
+        finally:
+            assert d.sigterm() == 0
+        assert conf["storm.local.dir"] == str(tmp_path / expected)
+        assert conf["nimbus-thrift.max_upload_bytes"] == 1234
+
+
+@pytest.mark.parametrize("setup, message", [
+    ({"yaml": "prot: 1\n"}, "unknown setting 'prot'"),
+    ({"env": {"NIMBUS_THRIFT_PORT": "http"}}, "NIMBUS_THRIFT_PORT: port must be an integer"),
+    ({"args": ["--max-frame-size", "10"]}, "max_frame_size must be at least 64"),
+])
+def test_bad_configuration_is_one_sentence_and_exit_2(tmp_path: Path, setup: dict,
+                                                      message: str) -> None:
+    args = list(setup.get("args", []))
+    if "yaml" in setup:
+        (tmp_path / "c.yaml").write_text(setup["yaml"])
+        args += ["--config", str(tmp_path / "c.yaml")]
+    result = subprocess.run(CLI + ["nimbus", "--data-dir", str(tmp_path / "d"), *args],
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, **setup.get("env", {})})
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "d").exists()
+
+
+def test_upload_resumes_after_sigkill(data_dir: Path) -> None:
+    code = make_zip({**{"wordcount/__init__.py": "", "wordcount/components.py":
+                        "class SentenceSpout: pass\nclass SplitBolt: pass\n"
+                        "class CountBolt: pass\n"},
+                     "pad.bin": os.urandom(50_000)})
+    d = DaemonProcess(data_dir)
+    with _client(d.port) as client:
+        location = client.beginFileUpload()
+        client.uploadChunk(location, code[:20_000])
+        client.uploadChunk(location, code[20_000:40_000])
+    d.sigkill()
+    d = DaemonProcess(data_dir)
+    try:
+        with _client(d.port) as client:
+            client.uploadChunk(location, code[40_000:])      # acknowledged bytes were kept
+            client.finishFileUpload(location)
+            client.submitTopology("wc", location, "{}", wordcount())
+            tid = next(t.id for t in client.getClusterInfo().topologies)
+            dest = data_dir.parent / "back.zip"
+            client.download_file(tid, dest)
+        assert dest.read_bytes() == code
+    finally:
+        d.sigterm()
+
+
+def test_acknowledged_state_survives_sigkill(data_dir: Path) -> None:
+    d = DaemonProcess(data_dir)
+    with _client(d.port) as client:
+        location = _upload(client, make_zip())
+        client.submitTopology("a", location, "{}", wordcount())
+        client.submitTopologyWithOpts("b", location, "{}", wordcount(),
+                                      N.SubmitOptions(initial_status=2))
+        client.killTopologyWithOpts("a", N.KillOptions(wait_secs=3600))
+        client.rebalance("b", N.RebalanceOptions(wait_secs=3600, num_workers=5))
+        before = {t.name: (t.id, t.status) for t in client.getClusterInfo().topologies}
+    d.sigkill()
+    d = DaemonProcess(data_dir)
+    try:
+        with _client(d.port) as client:
+            after = {t.name: (t.id, t.status) for t in client.getClusterInfo().topologies}
+            with pytest.raises(N.AlreadyAliveException, match=r"KILLED, removed in 3\d\d\d s"):
+                client.submitTopology("a", location, "{}", wordcount())
+        assert after == before == {"a": (before["a"][0], "KILLED"),
+                                   "b": (before["b"][0], "REBALANCING")}
+    finally:
+        d.sigterm()
+
+
+def test_sigkill_at_random_moments_loses_nothing_acknowledged(data_dir: Path) -> None:
+    """A client submits and kills as fast as it can while the daemon is SIGKILLed at a
+    random moment, four times over. After each restart every acknowledged call is
+    there, and every upload the database calls complete is whole and checksummed."""
+    rng = random.Random(20261121)
+    acked_submits: dict[str, bytes] = {}      # name -> code uploaded for it
+    acked_kills: set[str] = set()
+    counter = 0
+    for round_no in range(4):
+        d = DaemonProcess(data_dir)
+        _check_invariants(d.port, data_dir, acked_submits, acked_kills)
+        stop = threading.Event()
+
+        def work() -> None:
+            nonlocal counter
+            try:
+                with _client(d.port) as client:
+                    while not stop.is_set():
+                        counter += 1
+                        name = f"t{counter}"
+                        code = make_zip({**_wc_code(), "pad.bin": os.urandom(
+                            rng.randrange(1, 200_000))})
+                        location = _upload(client, code)
+                        client.submitTopology(name, location, "{}", wordcount())
+                        acked_submits[name] = code
+                        if counter % 3 == 0:
+                            client.killTopologyWithOpts(name, N.KillOptions(wait_secs=3600))
+                            acked_kills.add(name)
+            except (NimbusClientError, OSError):
+                pass                              # the daemon died under us: expected
+
+        worker = threading.Thread(target=work)
+        worker.start()
+        # Let some calls land, then kill at a random point of the stream of calls.
+        target = len(acked_submits) + rng.randrange(1, 4)
+        deadline_ok = _wait_for(lambda: len(acked_submits) >= target, 60)
+        assert deadline_ok, "no progress before the kill"
+        threading.Event().wait(rng.random() * 0.05)
+        d.sigkill()
+        stop.set()
+        worker.join(30)
+    d = DaemonProcess(data_dir)
+    try:
+        _check_invariants(d.port, data_dir, acked_submits, acked_kills)
+    finally:
+        d.sigterm()
+    assert len(acked_submits) >= 4
+
+
+def _wc_code() -> dict[str, str | bytes]:
+    return {"wordcount/__init__.py": "", "wordcount/components.py":
+            "class SentenceSpout: pass\nclass SplitBolt: pass\nclass CountBolt: pass\n"}
+
+
+def _wait_for(predicate: Any, timeout: float) -> bool:
+    done = threading.Event()
+    end = 0.0
+    import time
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        done.wait(0.01)
+    return False
+
+
+def _check_invariants(port: int, data_dir: Path, acked_submits: dict[str, bytes],
+                      acked_kills: set[str]) -> None:
+    with _client(port) as client:
+        listed = {t.name: t for t in client.getClusterInfo().topologies}
+        for name, code in acked_submits.items():
+            assert name in listed, f"acknowledged submit of {name} was lost"
+            expected = "KILLED" if name in acked_kills else "ACTIVE"
+            assert listed[name].status == expected
+            conf = json.loads(client.getTopologyConf(listed[name].id))
+            assert conf["nimbus-thrift.code.sha256"] == hashlib.sha256(code).hexdigest()
+    db = sqlite3.connect(f"file:{data_dir / 'nimbus.sqlite3'}?mode=ro", uri=True)
+    try:
+        for upload_id, state, size, sha in db.execute(
+                "SELECT id, state, bytes, sha256 FROM uploads"):
+            path = data_dir / "inbox" / f"{upload_id}.{'zip' if state == 'complete' else 'part'}"
+            assert path.stat().st_size == size, f"{state} upload {upload_id} has a torn file"
+            if state == "complete":
+                assert hashlib.sha256(path.read_bytes()).hexdigest() == sha
+    finally:
+        db.close()

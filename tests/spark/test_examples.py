@@ -1,0 +1,72 @@
+"""The examples run as documented, with exact results (in-process bounded runs)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from examples import weblogs, wordcount
+from nimbus_thrift.runner.local import run_bounded
+from support.spark import spark  # noqa: F401
+
+pytestmark = pytest.mark.spark
+
+GOOD = '{host} - - [21/Nov/2026:10:00:{s:02d} +0000] "GET {path}?q={s} HTTP/1.1" {status} {size}'
+
+
+def expected_counts(per_task: int, tasks: int = 2) -> Counter[str]:
+    """Word counts once the word count spout's ``tasks`` tasks emitted ``per_task``."""
+    return Counter(word for task in range(tasks) for offset in range(per_task)
+                   for word in wordcount.sentence_at(task, offset).split())
+
+
+def _rows(db: Path, sql: str) -> list[tuple]:
+    with sqlite3.connect(db) as conn:
+        return sorted(conn.execute(sql))
+
+
+def test_wordcount_example_counts_exactly(spark, tmp_path: Path) -> None:  # noqa: F811
+    db = tmp_path / "wc.sqlite"
+    per_task = 2000
+    run_bounded(wordcount.WordCount, spark, tmp_path / "run",
+                conf={"wordcount.db": str(db), "wordcount.rate": 0,
+                      "wordcount.total": per_task, "topology.max.spout.pending": 700},
+                collect=False)
+    assert dict(_rows(db, "SELECT word, count FROM counts")) == \
+        dict(expected_counts(per_task))
+
+
+def test_weblogs_example_aggregates_files_and_continues_from_its_checkpoint(
+        spark, tmp_path: Path) -> None:  # noqa: F811
+    inbox, db = tmp_path / "inbox", tmp_path / "report.sqlite"
+    inbox.mkdir()
+    expected: Counter[tuple[str, int]] = Counter()
+    sizes: Counter[tuple[str, int]] = Counter()
+
+    def land(name: str, lines: list[tuple[str, int, int]], bad: list[str]) -> None:
+        text = [GOOD.format(host="10.0.0.1", s=i % 60, path=p, status=st, size=sz)
+                for i, (p, st, sz) in enumerate(lines)] + bad
+        (inbox / f".{name}").write_text("\n".join(text) + "\n")
+        (inbox / f".{name}").rename(inbox / name)       # complete when it appears
+        for p, st, sz in lines:
+            expected[(p, st)] += 1
+            sizes[(p, st)] += sz
+
+    conf = {"weblogs.inbox": str(inbox), "weblogs.db": str(db)}
+    land("0001.log", [("/", 200, 512), ("/a", 404, 0), ("/", 200, 100)] * 7, ["garbage"])
+    land("0002.log", [("/b", 500, 10), ("/", 200, 1)] * 5, ["", "half a line ["])
+    run_bounded(weblogs.WebLogs, spark, tmp_path / "run", conf=conf, collect=False)
+    assert _rows(db, "SELECT path, status, hits, bytes FROM hits") == sorted(
+        (p, st, n, sizes[(p, st)]) for (p, st), n in expected.items())
+    assert _rows(db, "SELECT file, line, text FROM rejects") == [
+        ("0001.log", 22, "garbage"), ("0002.log", 11, ""), ("0002.log", 12, "half a line [")]
+
+    # A second run over the same work directory reads only the new file and adds to
+    # the totals kept in the checkpoint's state.
+    land("0003.log", [("/", 200, 1000)] * 3, [])
+    run_bounded(weblogs.WebLogs, spark, tmp_path / "run", conf=conf, collect=False)
+    assert _rows(db, "SELECT path, status, hits, bytes FROM hits") == sorted(
+        (p, st, n, sizes[(p, st)]) for (p, st), n in expected.items())

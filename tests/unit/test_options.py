@@ -1,0 +1,118 @@
+"""nimbus_thrift.rpc.options.ServerOptions: validated once, frozen, errors are sentences."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from nimbus_thrift.rpc import options
+from nimbus_thrift.rpc.options import OptionError, ServerOptions
+
+INT_OPTIONS = ["worker_threads", "worker_queue_size", "max_frame_size",
+               "max_read_buffer_bytes", "max_connections", "backlog"]
+TIMEOUT_OPTIONS = ["idle_timeout", "frame_read_timeout", "write_timeout"]
+
+
+def test_defaults_are_the_named_constants() -> None:
+    o = ServerOptions()
+    assert o.worker_threads == options.DEFAULT_WORKER_THREADS == 64
+    assert o.worker_queue_size == options.DEFAULT_WORKER_QUEUE_SIZE
+    assert o.max_frame_size == options.DEFAULT_MAX_FRAME_SIZE == 16_384_000
+    assert o.max_read_buffer_bytes == options.DEFAULT_MAX_READ_BUFFER_BYTES == 256 << 20
+    assert o.max_connections == options.DEFAULT_MAX_CONNECTIONS
+    assert o.idle_timeout == options.DEFAULT_IDLE_TIMEOUT
+    assert o.frame_read_timeout == options.DEFAULT_FRAME_READ_TIMEOUT
+    assert o.write_timeout == options.DEFAULT_WRITE_TIMEOUT
+    assert o.backlog == options.DEFAULT_BACKLOG
+    assert o.strict_read is False
+
+
+def test_frozen() -> None:
+    o = ServerOptions()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.worker_threads = 1  # type: ignore[misc]
+
+
+def test_good_values_are_kept() -> None:
+    o = ServerOptions(worker_threads=1, worker_queue_size=1, max_frame_size=1,
+                      max_read_buffer_bytes=1, max_connections=1, backlog=1,
+                      idle_timeout=None, frame_read_timeout=0.001, write_timeout=5,
+                      strict_read=True)
+    assert (o.worker_threads, o.idle_timeout, o.frame_read_timeout, o.write_timeout,
+            o.strict_read) == (1, None, 0.001, 5, True)
+
+
+def _assert_sentence(exc: OptionError, name: str, value: object) -> None:
+    message = str(exc)
+    assert message.startswith(name + " ")
+    assert repr(value) in message
+    assert message.endswith(".")
+
+
+@pytest.mark.parametrize("name", INT_OPTIONS)
+@pytest.mark.parametrize("value", [0, -1, True, False, 1.5, 4.0, "4", None])
+def test_bad_integer_options(name: str, value: object) -> None:
+    with pytest.raises(OptionError) as info:
+        ServerOptions(**{name: value})
+    _assert_sentence(info.value, name, value)
+    assert "positive integer" in str(info.value)
+
+
+@pytest.mark.parametrize("name", TIMEOUT_OPTIONS)
+@pytest.mark.parametrize("value", [0, 0.0, -1, -0.5, True, "30", [30]])
+def test_bad_timeouts(name: str, value: object) -> None:
+    with pytest.raises(OptionError) as info:
+        ServerOptions(**{name: value})
+    _assert_sentence(info.value, name, value)
+    assert "seconds" in str(info.value)
+
+
+@pytest.mark.parametrize("name", TIMEOUT_OPTIONS)
+def test_nan_timeout_is_refused(name: str) -> None:
+    # NaN is not a positive number: every `elapsed > timeout` comparison is False, so a
+    # NaN frame_read_timeout would silently turn slowloris protection off.
+    with pytest.raises(OptionError) as info:
+        ServerOptions(**{name: math.nan})
+    assert name in str(info.value)
+
+
+@pytest.mark.parametrize("value", [1, 0, "yes", None])
+def test_bad_strict_read(value: object) -> None:
+    with pytest.raises(OptionError) as info:
+        ServerOptions(strict_read=value)  # type: ignore[arg-type]
+    _assert_sentence(info.value, "strict_read", value)
+
+
+def test_option_error_is_a_value_error() -> None:
+    assert issubclass(OptionError, ValueError)
+
+
+def test_from_kwargs_builds_the_same_options() -> None:
+    assert ServerOptions.from_kwargs(worker_threads=3, strict_read=True) == \
+        ServerOptions(worker_threads=3, strict_read=True)
+    assert ServerOptions.from_kwargs() == ServerOptions()
+
+
+def test_from_kwargs_names_an_unknown_option() -> None:
+    with pytest.raises(OptionError) as info:
+        ServerOptions.from_kwargs(worker_thread=4)
+    message = str(info.value)
+    assert "worker_thread" in message.split(";")[0]
+    assert "worker_threads" in message   # the known options are listed after it
+    assert message.endswith(".")
+
+
+def test_from_kwargs_names_every_unknown_option_sorted() -> None:
+    with pytest.raises(OptionError) as info:
+        ServerOptions.from_kwargs(zeta=1, alpha=2, backlog=5)
+    first = str(info.value).split(";")[0]
+    assert "alpha, zeta" in first
+    assert "backlog" not in first
+
+
+def test_from_kwargs_still_validates_values() -> None:
+    with pytest.raises(OptionError) as info:
+        ServerOptions.from_kwargs(backlog=0)
+    _assert_sentence(info.value, "backlog", 0)
