@@ -18,6 +18,7 @@ import click
 import structlog
 
 from . import logs, render
+from .idl import NIMBUS_PORT
 from .tuning import tune_allocator
 from .rpc.options import (DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
                       DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FRAME_SIZE,
@@ -123,7 +124,7 @@ def _wait(stop: "threading.Event") -> None:
               envvar="NIMBUS_THRIFT_CONFIG",
               help="YAML file of settings (keys as the flags, e.g. data_dir: /srv/nimbus).")
 @click.option("--host", help="Address to listen on.  [default: 127.0.0.1]")
-@click.option("--port", type=int, help="Port to listen on.  [default: 6627, as Storm]")
+@click.option("--port", type=int, help=f"Port to listen on.  [default: {NIMBUS_PORT}, as Storm]")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
               help="State, uploads, work directories.  [default: ~/.local/share/nimbus-thrift]")
 @click.option("--launcher", help="What runs topologies: 'spark', 'none' or "
@@ -203,7 +204,7 @@ def warm_up(config_file: Path | None, spark_master: str | None, timeout: float) 
 def _client_options(func: Any) -> Any:
     func = click.option("--timeout", type=click.FloatRange(0, min_open=True), default=30.0,
                         show_default=True, help="Seconds to wait for each reply.")(func)
-    func = click.option("--port", type=click.IntRange(1, 65535), default=6627,
+    func = click.option("--port", type=click.IntRange(1, 65535), default=NIMBUS_PORT,
                         show_default=True, envvar="NIMBUS_THRIFT_PORT")(func)
     func = click.option("--host", default="127.0.0.1", show_default=True,
                         envvar="NIMBUS_THRIFT_HOST", help="Where the nimbus runs.")(func)
@@ -413,7 +414,7 @@ def _echo_status(status: str) -> None:
               show_default=True, help="Seconds --wait waits for it to run.")
 @click.option("--call-timeout", type=click.FloatRange(0, min_open=True), default=30.0,
               show_default=True, help="Seconds to wait for each reply.")
-@click.option("--port", type=click.IntRange(1, 65535), default=6627, show_default=True,
+@click.option("--port", type=click.IntRange(1, 65535), default=NIMBUS_PORT, show_default=True,
               envvar="NIMBUS_THRIFT_PORT")
 @click.option("--host", default="127.0.0.1", show_default=True,
               envvar="NIMBUS_THRIFT_HOST", help="Where the nimbus runs.")

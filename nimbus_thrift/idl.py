@@ -1,4 +1,5 @@
-"""Where the project's IDL files are, and loading them with thriftpy2.
+"""Where the project's IDL files are, loading them with thriftpy2, and the few facts of
+the Nimbus contract that the IDL file cannot say (shared by the daemon and its clients).
 
 The files live in the repository's top-level ``idl/`` (the contract other
 languages compile). A source checkout or editable install reads them there; a
@@ -12,7 +13,11 @@ from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
 
-import thriftpy2
+#: Storm's nimbus.thrift.port: where a daemon listens and a client connects by default.
+NIMBUS_PORT = 6627
+#: The pseudo-component a nimbus files its own errors under in TopologyInfo.errors (the
+#: reserved "__" prefix keeps it apart from user component ids); clients look there.
+NIMBUS_COMPONENT = "__nimbus"
 
 
 def idl_dir() -> Path:
@@ -47,6 +52,8 @@ def load(name: str) -> ModuleType:
     registers that name in ``sys.modules``, so ``nimbus.thrift`` becomes
     ``nimbus_idl_thrift``: plain ``nimbus_thrift`` would replace this package.
     """
+    import thriftpy2  # here: the CLI reads NIMBUS_PORT without paying for thriftpy2
+
     path = idl_path(name)
     module_name = path.stem + "_thrift"
     if module_name == __package__:

@@ -1,5 +1,5 @@
 """Logging configuration: called once, by the entry point (the CLI), never by the
-library. Modules only call ``structlog.get_logger()``.
+library. Modules only call ``structlog.get_logger(__name__)``.
 
 Per-request context (peer, method, seqid) is set by the dispatcher in one ContextVar
 (see :mod:`nimbus_thrift.rpc.context` for why not ``bind_contextvars``);

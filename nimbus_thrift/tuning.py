@@ -15,7 +15,7 @@ import ctypes.util
 
 import structlog
 
-log = structlog.get_logger("nimbus_thrift.tuning")
+log = structlog.get_logger(__name__)
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3

@@ -48,17 +48,15 @@ import structlog
 from thriftpy2.thrift import TApplicationException
 
 from ..rpc import binary
-from ..idl import nimbus_idl
+from ..idl import NIMBUS_PORT, nimbus_idl
 from ..rpc.errors import AppErrorCode, RpcError
 # The server's default frame cap (Apache Thrift's TConfiguration default): a larger
 # frame would be refused anyway, so it is refused here before it is sent. Also the
 # largest reply frame read.
 from ..rpc.options import DEFAULT_MAX_FRAME_SIZE
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
-#: Storm's nimbus.thrift.port.
-DEFAULT_PORT = 6627
 
 #: Seconds one call may take, sending included. Every Nimbus call is short (the
 #: slowest moves one upload chunk); 30 s matches the server's own frame-read and
@@ -395,7 +393,7 @@ class NimbusClient:
     Use it as a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, host: str = "localhost", port: int = DEFAULT_PORT, *,
+    def __init__(self, host: str = "localhost", port: int = NIMBUS_PORT, *,
                  timeout: float = DEFAULT_TIMEOUT,
                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
                  connect_attempts: int = DEFAULT_CONNECT_ATTEMPTS,

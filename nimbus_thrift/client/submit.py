@@ -39,14 +39,12 @@ from typing import TYPE_CHECKING, Any
 
 from .client import (DEFAULT_POLL_INTERVAL, DEFAULT_WAIT_TIMEOUT, NimbusClient,
                      NimbusClientError, NimbusTimeout)
+from ..idl import NIMBUS_COMPONENT
 from ..topology.package import DEFAULT_MAX_PACKAGE_BYTES, PreparedTopology, prepare
 
 if TYPE_CHECKING:
     from ..topology import Topology
 
-#: The pseudo-component the daemon files its own errors under (the handler's
-#: NIMBUS_COMPONENT; a test checks they agree).
-NIMBUS_COMPONENT = "__nimbus"
 #: The daemon's configuration key of its upload cap (absent on other Nimbus servers).
 MAX_UPLOAD_KEY = "nimbus-thrift.max_upload_bytes"
 

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..idl import NIMBUS_PORT
 from ..rpc.options import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_READ_BUFFER_BYTES
 
 ENV_PREFIX = "NIMBUS_THRIFT_"
 
-#: Storm's nimbus.thrift.port.
-DEFAULT_PORT = 6627
-#: Storm's nimbus.thrift.max_buffer_size: upload chunks are 300 KiB, so 1 MiB frames
-#: are plenty, and a stray client cannot make the daemon buffer 16 MB per connection.
-DEFAULT_MAX_FRAME_SIZE = 1_048_576
+#: Storm's nimbus.thrift.max_buffer_size, the daemon's default on purpose instead of the
+#: server library's (Thrift's 16 MB): upload chunks are 300 KiB, so 1 MiB frames are
+#: plenty, and a stray client cannot make the daemon buffer 16 MB per connection.
+STORM_MAX_FRAME_SIZE = 1_048_576
 #: Storm's nimbus.thrift.threads.
 DEFAULT_WORKER_THREADS = 64
 #: Storm's storm.thrift.socket.timeout.ms: idle clients are dropped after 10 minutes.
@@ -58,10 +58,10 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class NimbusConfig:
     host: str = "127.0.0.1"
-    port: int = DEFAULT_PORT
+    port: int = NIMBUS_PORT
     data_dir: Path = dataclasses.field(default_factory=default_data_dir)
     worker_threads: int = DEFAULT_WORKER_THREADS
-    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    max_frame_size: int = STORM_MAX_FRAME_SIZE
     max_read_buffer_bytes: int = DEFAULT_MAX_READ_BUFFER_BYTES
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT

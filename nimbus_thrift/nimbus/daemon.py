@@ -25,7 +25,7 @@ from .handler import NimbusHandler
 from .launcher import Launcher, load_launcher
 from .store import Store
 
-log = structlog.get_logger("nimbus_thrift.nimbus.daemon")
+log = structlog.get_logger(__name__)
 
 
 class DaemonError(Exception):

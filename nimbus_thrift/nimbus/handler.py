@@ -29,6 +29,7 @@ from thriftpy2.thrift import TApplicationException
 from thriftpy2.utils import deserialize, serialize
 
 from .. import __version__
+from ..idl import NIMBUS_COMPONENT
 from ..topology.streams import STATEFUL_KEY
 from ..topology.code import CodeArchive, CodeError
 from .config import NimbusConfig, to_public
@@ -40,11 +41,8 @@ from .transfers import TransferError, Transfers
 from ..topology.validate import (TOPOLOGY_DEFAULTS, InvalidTopology, check_name, check_topology,
                        parse_conf, task_ranges)
 
-log = structlog.get_logger("nimbus_thrift.nimbus")
+log = structlog.get_logger(__name__)
 
-#: Errors the daemon itself records for a topology go under this pseudo-component
-#: (the reserved prefix keeps it apart from user component ids).
-NIMBUS_COMPONENT = "__nimbus"
 #: A removal whose launcher stop failed is retried after this long.
 REMOVE_RETRY_SECS = 30.0
 #: Storm's window key for all-time statistics.

@@ -15,7 +15,7 @@ from typing import Callable
 
 import structlog
 
-log = structlog.get_logger("nimbus_thrift.nimbus.timers")
+log = structlog.get_logger(__name__)
 
 
 class Timers:

@@ -32,7 +32,7 @@ import structlog
 
 from .store import Store, Upload
 
-log = structlog.get_logger("nimbus_thrift.nimbus.transfers")
+log = structlog.get_logger(__name__)
 
 #: Open uploads at once; each holds a partial file on disk.
 MAX_OPEN_UPLOADS = 256

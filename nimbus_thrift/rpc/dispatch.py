@@ -26,7 +26,7 @@ from .context import REQUEST
 from .errors import (AppErrorCode, DecodeError, InvalidMessageTypeError, RequestError,
                      UnknownMethodError, WireError)
 
-log = structlog.get_logger("nimbus_thrift.rpc.dispatch")
+log = structlog.get_logger(__name__)
 
 #: A reply: one whole frame (the 4-byte length, then the message) as one bytes object,
 #: or as a list of buffers to send back to back (large string/binary results, sent

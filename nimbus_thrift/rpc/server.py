@@ -40,7 +40,7 @@ from .options import OptionError, ServerOptions
 from .wakeup import Wakeup
 from .workers import STALL_SECS, WorkerPool
 
-log = structlog.get_logger("nimbus_thrift.rpc.server")
+log = structlog.get_logger(__name__)
 
 _EPOLLIN = select.EPOLLIN
 _EPOLLOUT = select.EPOLLOUT

@@ -34,7 +34,7 @@ from typing import Any
 
 import structlog
 
-log = structlog.get_logger("nimbus_thrift.rpc.workers")
+log = structlog.get_logger(__name__)
 
 Task = tuple[Any, ...]
 

@@ -16,11 +16,11 @@ import pytest
 from thriftpy2.thrift import TApplicationException
 
 import nimbus_thrift
+from nimbus_thrift.idl import NIMBUS_PORT as DEFAULT_PORT
 from nimbus_thrift.rpc import binary, options
 from nimbus_thrift.client.client import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_FRAME_SIZE,
-    DEFAULT_PORT,
     READ_ONLY_METHODS,
     BadReply,
     ConnectionLost,

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from nimbus_thrift.nimbus.config import (DEFAULT_PORT, ENV_PREFIX, ConfigError, NimbusConfig,
+from nimbus_thrift.idl import NIMBUS_PORT as DEFAULT_PORT
+from nimbus_thrift.nimbus.config import (ENV_PREFIX, ConfigError, NimbusConfig,
                                          load_config, to_public)
 
 FIELDS = [f.name for f in dataclasses.fields(NimbusConfig)]

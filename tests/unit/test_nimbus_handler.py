@@ -13,7 +13,8 @@ from thriftpy2.thrift import TApplicationException
 from support.nimbus import (FakeClock, FakeLauncher, N, common, make_zip, shell, upload,
                             wordcount)
 from nimbus_thrift.nimbus.config import load_config
-from nimbus_thrift.nimbus.handler import NIMBUS_COMPONENT, NimbusHandler
+from nimbus_thrift.idl import NIMBUS_COMPONENT
+from nimbus_thrift.nimbus.handler import NimbusHandler
 from nimbus_thrift.nimbus.launcher import ComponentStats
 from nimbus_thrift.nimbus.store import Store
 

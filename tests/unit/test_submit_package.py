@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nimbus_thrift.nimbus.handler import NIMBUS_COMPONENT
-from nimbus_thrift.client.submit import NIMBUS_COMPONENT as SUBMIT_NIMBUS_COMPONENT, state_of
+from nimbus_thrift.client.submit import state_of
 from nimbus_thrift.topology import Topology
 from nimbus_thrift.topology.package import (PackageError, build_zip, code_files, load_topology,
                                             locate, parse_conf_option, parse_conf_options,
@@ -386,7 +385,3 @@ def test_prepare_refuses_a_bad_name_or_conf(tmp_path: Path) -> None:
 ])
 def test_state_of(status: str | None, state: str) -> None:
     assert state_of(status) == state
-
-
-def test_the_daemon_files_its_errors_where_submit_looks() -> None:
-    assert SUBMIT_NIMBUS_COMPONENT == NIMBUS_COMPONENT

@@ -81,7 +81,7 @@ from ..config import NimbusConfig
 from ..launcher import ComponentStats, LauncherError, LaunchSpec, RunStatus, WorkerNode
 from ...topology.validate import InvalidTopology, check_topology
 
-log = structlog.get_logger("nimbus_thrift.nimbus.spark")
+log = structlog.get_logger(__name__)
 
 #: The driver program spark-submit runs (written by the runner; imports PySpark).
 SPARK_MAIN = Path(__file__).resolve().parents[2] / "runner" / "spark_main.py"
