@@ -27,7 +27,12 @@ yet) are reported as unavailable with the reason, and the others still run.
 Usage:
     scripts/bench.sh [options]                # sets everything up first
     .venv/bin/python scripts/bench/bench_servers.py [--duration S] [--warmup S]
-        [--servers a,b] [--scenarios c1,c16] [--json] [--strace]
+        [--servers a,b] [--scenarios c1,c16] [--json] [--strace] [--baseline DIR]
+
+``--baseline DIR`` also runs our server from another checkout (say, main before a
+change: ``git worktree add DIR main`` and build its C modules in place with
+``.venv/bin/python setup.py build_ext --inplace`` run in DIR) as ``nimbus-baseline``,
+in the same run, and prints this checkout's figures as ratios of that one's.
 """
 
 from __future__ import annotations
@@ -90,6 +95,8 @@ STOP_GRACE = 5.0
 LOADGEN_SLACK = 30.0
 
 PYTHON_PEERS = ("thriftpy2-threaded", "thriftpy2-aio", "apache-nonblocking")
+#: Our server from the checkout given with --baseline (not a peer: compared on its own).
+BASELINE = "nimbus-baseline"
 SERVERS = ("nimbus", *PYTHON_PEERS, "java-hsha")
 JAVA_JAR_CANDIDATES = (
     Path("/usr/share/java/libthrift.jar"),
@@ -235,9 +242,14 @@ def run_build(cmd: list[str]) -> None:
         raise Unavailable(f"`{Path(cmd[0]).name}` failed: " + " | ".join(tail))
 
 
-def server_command(name: str, port: int) -> list[str]:
+def server_command(name: str, port: int, baseline: Path | None = None) -> list[str]:
     """The argv that runs server `name` on `port`; builds what it needs first."""
     py = [sys.executable, str(BENCH / "peer_servers.py")]
+    if name == BASELINE:
+        # That checkout's own launcher, which puts that checkout first on sys.path.
+        assert baseline is not None
+        return [sys.executable, str(baseline / "scripts" / "bench" / "peer_servers.py"),
+                "nimbus", "--port", str(port), "--workers", str(WORKER_THREADS)]
     if name == "java-hsha":
         return [*build_java(), str(port), str(WORKER_THREADS)]
     if name == "apache-nonblocking":
@@ -344,6 +356,8 @@ class RunConfig:
     #: nimbus_thrift/tuning.py), so a 1 MiB comparison measures the servers, not glibc's
     #: defaults. --untuned-malloc runs everyone with the defaults instead.
     tuned_malloc: bool = True
+    #: Another checkout whose server runs as BASELINE (--baseline), or None.
+    baseline: Path | None = None
 
 
 def server_env(cfg: RunConfig) -> dict[str, str]:
@@ -489,7 +503,7 @@ def bench_server(name: str, scenarios: list[Scenario], cfg: RunConfig, want_stra
     logs.mkdir(parents=True, exist_ok=True)
     try:
         port = free_port()
-        cmd = server_command(name, port)
+        cmd = server_command(name, port, cfg.baseline)
     except Unavailable as exc:
         res.status, res.reason = "unavailable", str(exc)
         return res
@@ -630,9 +644,20 @@ def best_peer(results: list[ServerResult], sc: str, key: Callable[[dict[str, Any
 def comparisons(results: list[ServerResult], scenarios: list[Scenario]) -> dict[str, Any]:
     by_name = {r.name: r for r in results}
     ours = by_name.get("nimbus")
-    out: dict[str, Any] = {"vs_best_python_peer": {}, "p99_vs_java": None}
+    out: dict[str, Any] = {"vs_best_python_peer": {}, "p99_vs_java": None, "vs_baseline": {}}
     if ours is None:
         return out
+    base = by_name.get(BASELINE)
+    for sc in scenarios if base else ():
+        mine, theirs = ours.scenarios.get(sc.name), base.scenarios.get(sc.name)
+        if not mine or not theirs or not mine["calls"] or not theirs["calls"]:
+            continue
+        rate = "mb_per_s" if sc.bulk else "calls_per_s"
+        out["vs_baseline"][sc.name] = {
+            "throughput": round(mine[rate] / theirs[rate], 3) if theirs[rate] else None,
+            "p99": round(mine["latency_us"]["p99"] / theirs["latency_us"]["p99"], 3)
+            if theirs["latency_us"]["p99"] else None,
+        }
     for sc in scenarios:
         mine = ours.scenarios.get(sc.name)
         if not mine or not mine["calls"]:
@@ -699,6 +724,17 @@ def render_report(results: list[ServerResult], scenarios: list[Scenario], cfg: R
             if "p99" in e:
                 bits.append(f"p99 {e['p99']['ratio']:.2f}x {e['p99']['peer']}")
             lines.append(f"  {sc.label:<18} " + ", ".join(bits))
+    vb = comp["vs_baseline"]
+    if vb:
+        lines += ["", f"nimbus vs {BASELINE} ({cfg.baseline}; throughput: higher is better; "
+                      "p99: lower is better):"]
+        for sc in scenarios:
+            e = vb.get(sc.name)
+            if e:
+                what = "MB/s" if sc.bulk else "calls/s"
+                bits = [f"{what} {e['throughput']:.2f}x" if e["throughput"] else "",
+                        f"p99 {e['p99']:.2f}x" if e["p99"] else ""]
+                lines.append(f"  {sc.label:<18} " + ", ".join(b for b in bits if b))
     j = comp["p99_vs_java"]
     if j:
         lines += [
@@ -792,9 +828,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--untuned-malloc", action="store_true",
                         help="run every server with glibc's default allocator settings instead "
                              "of the ones nimbus-thrift's daemon sets (applied to all servers)")
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="also run our server from the checkout DIR (C modules built in "
+                             f"place) as {BASELINE} and print ratios against it")
     args = parser.parse_args(argv)
     if args.duration <= 0 or args.warmup < 0:
         parser.error("--duration must be positive and --warmup not negative")
+    if args.baseline is not None:
+        args.baseline = args.baseline.resolve()
+        if not (args.baseline / "scripts" / "bench" / "peer_servers.py").is_file():
+            parser.error(f"--baseline {args.baseline} is not a nimbus-thrift checkout "
+                         "(no scripts/bench/peer_servers.py)")
 
     check_loadgen()
     cores = os.sched_getaffinity(0)
@@ -805,11 +849,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         log(f"cores {sorted(cores)} do not include {SERVER_CORE} and {LOADGEN_CORE}; running unpinned")
     cfg = RunConfig(duration=args.duration, warmup=args.warmup, pin=pin,
-                    tuned_malloc=not args.untuned_malloc)
+                    tuned_malloc=not args.untuned_malloc, baseline=args.baseline)
     scenarios = [SCENARIOS[n] for n in args.scenarios]
 
     results = []
-    for name in [s for s in SERVERS if s in args.servers]:
+    # The baseline runs just before ours, so the two see the most similar machine.
+    names = [s for s in SERVERS if s in args.servers]
+    if args.baseline is not None:
+        names.insert(names.index("nimbus") if "nimbus" in names else 0, BASELINE)
+    for name in names:
         log(f"{name}: starting")
         res = bench_server(name, scenarios, cfg, args.strace)
         if res.status != "ok":
@@ -827,6 +875,7 @@ def main(argv: list[str] | None = None) -> int:
                 "loadgen_core": LOADGEN_CORE,
                 "worker_threads": WORKER_THREADS,
                 "allocator_env": ALLOCATOR_ENV if cfg.tuned_malloc else None,
+                "baseline": str(cfg.baseline) if cfg.baseline else None,
                 "scenarios": {s.name: {"connections": s.connections, "payload_bytes": s.payload} for s in scenarios},
             },
             "servers": {r.name: r.to_json() for r in results},
