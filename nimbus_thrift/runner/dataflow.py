@@ -26,10 +26,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 
-from .execute import REMOVE, Counts, StatefulTask, output_rows, run_bolt
+from .decode import output_rows
 from .plan import (BOLT_COLUMN, LEAF_COLUMN, SLOT_COLUMN, SPARK_TYPES, STREAM_COLUMN,
                    TASK_COLUMN, Node, Output, Plan, Slot, StatefulOp, routing_values)
 from .source import source_class
+from .tasks import REMOVE, Counts, StatefulTask, run_bolt
 
 #: The sink's name for the merged stateful operator's rows.
 STATEFUL = "<stateful>"

@@ -12,9 +12,9 @@ import time
 from collections import deque
 from typing import Any, Iterable, Mapping
 
-from .execute import UserCodeError
 from .plan import Plan
 from .rundir import ComponentFigures
+from .usercode import UserCodeError
 
 #: Seconds of history behind a rate.
 RATE_WINDOW_S = 10.0
@@ -71,7 +71,7 @@ _COMPONENT_PREFIX = re.compile(r"^(spout|bolt) ")
 def describe_failure(text: str, component_ids: Iterable[str]) -> tuple[str, str]:
     """``(component, one-line message)`` of a failed query's error text.
 
-    User code failures carry :class:`~.execute.UserCodeError`'s message inside
+    User code failures carry :class:`~.usercode.UserCodeError`'s message inside
     Spark's text (a Python traceback); the last one names the component. Anything
     else gives the last line of a Python traceback if there is one, else the first
     line, and no component.

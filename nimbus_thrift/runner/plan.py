@@ -1,7 +1,7 @@
 """How a run spec maps onto one Spark streaming query: columns, inputs, phases.
 
 Pure data, no PySpark: :mod:`.dataflow` turns a :class:`Plan` into DataFrames and
-:mod:`.execute` runs user code against the column layouts described here.
+:mod:`.tasks` runs user code against the column layouts described here.
 
 ::
 

@@ -31,9 +31,10 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
                                               SupportsTriggerAvailableNow)
 from pyspark.sql.types import StructType
 
-from .execute import SpoutTask, UserCodeError, new_instance, user_error
 from .plan import Node
 from .rundir import RunDir
+from .tasks import SpoutTask
+from .usercode import UserCodeError, new_instance, user_error
 
 
 #: A new query's first ``latestOffset`` polls the spouts for up to this long while none

@@ -3,9 +3,11 @@
 No PySpark here: this is what user code imports, in the client and in the runner.
 """
 
-from .components import Bolt, Component, Context, KeyState, Spout, StatefulBolt
+from .components import (Bolt, Component, ComponentSpec, Context, KeyState, Spout,
+                         StatefulBolt)
+from .grouping import Grouping, GroupingSpec
 from .streams import DEFAULT_STREAM, Stream, TopologyError
-from .topology import ComponentSpec, Grouping, GroupingSpec, Topology, script_of
+from .topology import Topology, script_of
 
 __all__ = ["Bolt", "Component", "ComponentSpec", "Context", "DEFAULT_STREAM", "Grouping",
            "GroupingSpec", "KeyState", "Spout", "StatefulBolt", "Stream", "Topology",

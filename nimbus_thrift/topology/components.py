@@ -22,6 +22,10 @@ contract differs from Storm's in the places where micro-batches replace per-tupl
 Sinks see ``self.context.batch_id``: a replayed batch has the same id, so a sink that
 writes idempotently per batch id is exactly-once end to end.
 
+:class:`ComponentSpec`, what :meth:`Component.spec` makes, is one component in a
+topology; it lives here, next to the classes it checks, so that :mod:`.topology`
+imports this module and not the other way round.
+
 Nothing here imports PySpark: user code and the daemon import this module.
 """
 
@@ -30,12 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Sequence
 
-from .streams import DEFAULT_STREAM, StreamDecl, declare_streams
+from .grouping import Grouping, GroupingSpec
+from .streams import DEFAULT_STREAM, StreamDecl, TopologyError, declare_streams
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from .topology import ComponentSpec
 
 
 @dataclass
@@ -98,7 +101,6 @@ class Component:
             par: parallelism: the number of tasks (Spark partitions) it runs as.
             config: component configuration, over the class's ``config``.
         """
-        from .topology import ComponentSpec
         return ComponentSpec(cls, name=name, inputs=inputs, par=par, config=config)
 
     def initialize(self, conf: dict[str, Any], context: Context) -> None:
@@ -269,3 +271,76 @@ class StatefulBolt(Bolt):
             if result is not None:
                 extend(result)
         return emitted
+
+
+# -- a component in a topology ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class StreamRef:
+    """``spec["stream"]``: a named stream of an upstream component."""
+
+    spec: "ComponentSpec"
+    stream: str
+
+
+class ComponentSpec:
+    """One component in a topology: its class, inputs, parallelism and configuration."""
+
+    def __init__(self, cls: type, *, name: str | None, inputs: Any, par: int,
+                 config: Mapping[str, Any] | None):
+        label = name or cls.__name__
+        if not isinstance(cls, type) or not issubclass(cls, (Spout, Bolt)):
+            raise TopologyError(f"{label}: {cls!r} is neither a Spout nor a Bolt subclass")
+        if not isinstance(par, int) or isinstance(par, bool) or par < 1:
+            raise TopologyError(f"{label}: par must be a positive integer, not {par!r}")
+        if issubclass(cls, Spout) and inputs:
+            raise TopologyError(f"{label}: spouts take no inputs")
+        if config is not None and not isinstance(config, Mapping):
+            raise TopologyError(f"{label}: config must be a mapping")
+        self.cls = cls
+        self.name = name
+        self.par = par
+        self.config = {**cls.config, **(config or {})}
+        self.inputs = _normalise_inputs(label, inputs)
+        self.streams = cls.streams()
+
+    @property
+    def is_spout(self) -> bool:
+        return issubclass(self.cls, Spout)
+
+    @property
+    def is_stateful(self) -> bool:
+        return issubclass(self.cls, StatefulBolt)
+
+    def __getitem__(self, stream: str) -> StreamRef:
+        return StreamRef(self, stream)
+
+    def __repr__(self) -> str:
+        return f"<{self.cls.__name__} spec {self.name or '(unnamed)'} par={self.par}>"
+
+
+def _normalise_inputs(label: str, inputs: Any) -> list[tuple[StreamRef, GroupingSpec]]:
+    if inputs is None:
+        return []
+    if isinstance(inputs, (ComponentSpec, StreamRef)):
+        inputs = [inputs]
+    if isinstance(inputs, Mapping):
+        items = list(inputs.items())
+    elif isinstance(inputs, (list, tuple)):
+        items = [(source, Grouping.shuffle) for source in inputs]
+    else:
+        raise TopologyError(f"{label}: inputs must be a mapping of upstream component to "
+                            f"grouping, or a list of upstream components")
+    result = []
+    for source, grouping in items:
+        if isinstance(source, ComponentSpec):
+            source = StreamRef(source, DEFAULT_STREAM)
+        if not isinstance(source, StreamRef):
+            raise TopologyError(f"{label}: input {source!r} is not a component spec "
+                                "(use the attribute holding Upstream.spec(...))")
+        if not isinstance(grouping, GroupingSpec):
+            raise TopologyError(f"{label}: the grouping of an input must be one of "
+                                f"Grouping.shuffle, Grouping.fields(...), ..., "
+                                f"not {grouping!r}")
+        result.append((source, grouping))
+    return result

@@ -14,121 +14,14 @@ class is defined and raise :class:`TopologyError` naming the component.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
-from .components import Bolt, Component, Spout, StatefulBolt
-from .streams import DEFAULT_STREAM, FIELDS_KEY, STATEFUL_KEY, StreamDecl, TopologyError
+from .components import ComponentSpec
+from .grouping import GroupingSpec
+from .streams import FIELDS_KEY, STATEFUL_KEY, StreamDecl, TopologyError
 
 #: A ShellComponent's execution command for Python components (what the runner runs).
 EXECUTION_COMMAND = "python"
-
-
-@dataclass(frozen=True)
-class GroupingSpec:
-    """How tuples of one input are spread over a bolt's tasks."""
-
-    kind: str                               # shuffle, fields, global, all, none, local_or_shuffle
-    fields: tuple[str, ...] = ()
-
-    def __repr__(self) -> str:
-        if self.kind == "fields":
-            return f"Grouping.fields({', '.join(map(repr, self.fields))})"
-        return f"Grouping.{self.kind}"
-
-
-class Grouping:
-    """Groupings, as in Storm: ``Grouping.shuffle``, ``Grouping.fields("word")``, ..."""
-
-    shuffle = GroupingSpec("shuffle")
-    global_ = GroupingSpec("global")
-    all = GroupingSpec("all")
-    none = GroupingSpec("none")
-    local_or_shuffle = GroupingSpec("local_or_shuffle")
-
-    @staticmethod
-    def fields(*names: str) -> GroupingSpec:
-        """Tuples with equal values of ``names`` go to the same task."""
-        if len(names) == 1 and isinstance(names[0], (list, tuple)):
-            names = tuple(names[0])
-        if not names or not all(isinstance(n, str) and n for n in names):
-            raise TopologyError(f"Grouping.fields needs field names, not {names!r}")
-        return GroupingSpec("fields", tuple(names))
-
-
-# ``Grouping.global`` cannot be written in Python source; getattr(Grouping, "global") can.
-setattr(Grouping, "global", Grouping.global_)
-
-
-@dataclass(frozen=True)
-class StreamRef:
-    """``spec["stream"]``: a named stream of an upstream component."""
-
-    spec: "ComponentSpec"
-    stream: str
-
-
-class ComponentSpec:
-    """One component in a topology: its class, inputs, parallelism and configuration."""
-
-    def __init__(self, cls: type, *, name: str | None, inputs: Any, par: int,
-                 config: Mapping[str, Any] | None):
-        label = name or cls.__name__
-        if not isinstance(cls, type) or not issubclass(cls, (Spout, Bolt)):
-            raise TopologyError(f"{label}: {cls!r} is neither a Spout nor a Bolt subclass")
-        if not isinstance(par, int) or isinstance(par, bool) or par < 1:
-            raise TopologyError(f"{label}: par must be a positive integer, not {par!r}")
-        if issubclass(cls, Spout) and inputs:
-            raise TopologyError(f"{label}: spouts take no inputs")
-        if config is not None and not isinstance(config, Mapping):
-            raise TopologyError(f"{label}: config must be a mapping")
-        self.cls = cls
-        self.name = name
-        self.par = par
-        self.config = {**cls.config, **(config or {})}
-        self.inputs = _normalise_inputs(label, inputs)
-        self.streams = cls.streams()
-
-    @property
-    def is_spout(self) -> bool:
-        return issubclass(self.cls, Spout)
-
-    @property
-    def is_stateful(self) -> bool:
-        return issubclass(self.cls, StatefulBolt)
-
-    def __getitem__(self, stream: str) -> StreamRef:
-        return StreamRef(self, stream)
-
-    def __repr__(self) -> str:
-        return f"<{self.cls.__name__} spec {self.name or '(unnamed)'} par={self.par}>"
-
-
-def _normalise_inputs(label: str, inputs: Any) -> list[tuple[StreamRef, GroupingSpec]]:
-    if inputs is None:
-        return []
-    if isinstance(inputs, (ComponentSpec, StreamRef)):
-        inputs = [inputs]
-    if isinstance(inputs, Mapping):
-        items = list(inputs.items())
-    elif isinstance(inputs, (list, tuple)):
-        items = [(source, Grouping.shuffle) for source in inputs]
-    else:
-        raise TopologyError(f"{label}: inputs must be a mapping of upstream component to "
-                            f"grouping, or a list of upstream components")
-    result = []
-    for source, grouping in items:
-        if isinstance(source, ComponentSpec):
-            source = StreamRef(source, DEFAULT_STREAM)
-        if not isinstance(source, StreamRef):
-            raise TopologyError(f"{label}: input {source!r} is not a component spec "
-                                "(use the attribute holding Upstream.spec(...))")
-        if not isinstance(grouping, GroupingSpec):
-            raise TopologyError(f"{label}: the grouping of an input must be one of "
-                                f"Grouping.shuffle, Grouping.fields(...), ..., "
-                                f"not {grouping!r}")
-        result.append((source, grouping))
-    return result
 
 
 class TopologyMeta(type):

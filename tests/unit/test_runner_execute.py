@@ -11,11 +11,16 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from nimbus_thrift.runner import execute as ex
+from nimbus_thrift.runner.columns import ARROW_TYPES, to_array, to_numpy
+from nimbus_thrift.runner.decode import TupleDecoder, output_rows
+from nimbus_thrift.runner.emitter import Emitter
 from nimbus_thrift.runner.figures import FigureTracker, describe_failure
 from nimbus_thrift.runner.local import spec_of
-from nimbus_thrift.runner.plan import (DEFAULT_MAX_BATCH, PlanError, build_plan,
+from nimbus_thrift.runner.plan import (DEFAULT_MAX_BATCH, Column, PlanError, build_plan,
                                        routing_values, spark_hash_int)
+from nimbus_thrift.runner.tasks import (REMOVE, BoltTask, Counts, SpoutTask, StatefulTask,
+                                        run_bolt)
+from nimbus_thrift.runner.usercode import UserCodeError, new_instance
 from nimbus_thrift.topology import (Bolt, Grouping, Spout, StatefulBolt, Stream,
                                     Topology)
 from nimbus_thrift.topology.components import EmittedColumns
@@ -116,7 +121,7 @@ def slot_batch(slot, rows, task=0):
         values = [row[k] for row in rows]
         if column.type == "object":
             values = [pickle.dumps(v) for v in values]
-        arrays.append(pa.array(values, ex.ARROW_TYPES[column.type]))
+        arrays.append(pa.array(values, ARROW_TYPES[column.type]))
     names = [c.name for c in slot.columns]
     arrays.append(pa.array([task] * len(rows), pa.int32()))
     return pa.RecordBatch.from_arrays(arrays, names=names + ["_task"])
@@ -126,8 +131,8 @@ def rows_of(node, batches):
     table = pa.Table.from_batches(batches) if batches else None
     if table is None:
         return {}
-    return ex.output_rows(node.output, {c: table.column(c).to_pylist()
-                                        for c in table.column_names})
+    return output_rows(node.output, {c: table.column(c).to_pylist()
+                                     for c in table.column_names})
 
 
 # -- plan ----------------------------------------------------------------------------------
@@ -192,7 +197,7 @@ def test_spark_hash_and_routing_values():
 
 def test_tuples_are_named_and_say_where_they_come_from():
     plan = plan_of(Units)
-    decoder = ex.TupleDecoder(plan.nodes["parity"].slots[0])
+    decoder = TupleDecoder(plan.nodes["parity"].slots[0])
     (tup,) = decoder.from_arrow(slot_batch(plan.nodes["parity"].slots[0], [(7,)]))
     assert tup.n == 7 and tup[0] == 7
     assert (tup.component, tup.stream) == ("numbers", "default")
@@ -201,8 +206,8 @@ def test_tuples_are_named_and_say_where_they_come_from():
 def test_a_field_named_stream_wins_over_the_attribute():
     slot = plan_of(Units).nodes["parity"].slots[0]
     renamed = type(slot)(slot.index, slot.bolt, slot.source, slot.stream, slot.grouping,
-                         (ex.Column("i0_s0_0", "stream", "int"),), ())
-    (tup,) = ex.TupleDecoder(renamed).from_arrow(
+                         (Column("i0_s0_0", "stream", "int"),), ())
+    (tup,) = TupleDecoder(renamed).from_arrow(
         pa.RecordBatch.from_arrays([pa.array([3])], names=["i0_s0_0"]))
     assert tup.stream == 3 and tup.component == "numbers"
 
@@ -210,7 +215,7 @@ def test_a_field_named_stream_wins_over_the_attribute():
 def test_bolt_returns_emits_on_named_streams_and_ends_the_batch():
     plan = plan_of(Units)
     node = plan.nodes["parity"]
-    task = ex.BoltTask("Units", node, task=1, batch_id=5)
+    task = BoltTask("Units", node, task=1, batch_id=5)
     out = task.feed(slot_batch(node.slots[0], [(1,), (2,), (3,)], task=1))
     rows = rows_of(node, out)
     assert rows["default"] == [(1, 2.0), (2, 4.0), (3, 6.0)]
@@ -228,7 +233,7 @@ def test_bolt_returns_emits_on_named_streams_and_ends_the_batch():
 def test_object_fields_are_pickled_between_bolts():
     plan = plan_of(Units)
     parity, sink = plan.nodes["parity"], plan.nodes["sink"]
-    out = ex.BoltTask("Units", parity, 0, 0).feed(slot_batch(parity.slots[0], [(5,)]))
+    out = BoltTask("Units", parity, 0, 0).feed(slot_batch(parity.slots[0], [(5,)]))
     odd = [b for b in out if b.column("_stream")[0].as_py() == 1][0]
     assert pickle.loads(odd.column("s1_1")[0].as_py()) == {"n": 5}
     # The sink's input is the odd stream, renamed for its slot.
@@ -236,7 +241,7 @@ def test_object_fields_are_pickled_between_bolts():
     batch = pa.RecordBatch.from_arrays(
         [odd.column(src) for src, _, _ in slot.carried] + [pa.array([0] * odd.num_rows)],
         names=[dst for _, dst, _ in slot.carried] + ["_task"])
-    assert rows_of(sink, ex.BoltTask("Units", sink, 0, 0).feed(batch)) == {
+    assert rows_of(sink, BoltTask("Units", sink, 0, 0).feed(batch)) == {
         "default": [(5, {"n": 5})]}
 
 
@@ -244,12 +249,12 @@ def test_run_bolt_makes_no_instance_for_an_empty_partition():
     node = plan_of(Units).nodes["parity"]
     counts = []
     empty = slot_batch(node.slots[0], [])
-    assert list(ex.run_bolt("Units", node, [empty], lambda b: 0, 1, counts.append)) == []
+    assert list(run_bolt("Units", node, [empty], lambda b: 0, 1, counts.append)) == []
     assert counts == []
-    out = list(ex.run_bolt("Units", node, [slot_batch(node.slots[0], [(1,)], task=1)],
-                           lambda b: b.column("_task")[0].as_py(), 1, counts.append))
+    out = list(run_bolt("Units", node, [slot_batch(node.slots[0], [(1,)], task=1)],
+                        lambda b: b.column("_task")[0].as_py(), 1, counts.append))
     assert rows_of(node, out)["odd"] == [(1, {"n": 1}), (-1, None)]
-    assert counts == [ex.Counts(emitted=3, processed=1)]
+    assert counts == [Counts(emitted=3, processed=1)]
 
 
 class _Emitting(Bolt):
@@ -276,9 +281,9 @@ def test_output_type_errors_name_component_stream_and_field(bad, message):
         numbers = Numbers.spec()
         emitting = _Emitting.spec(inputs=[numbers])
     node = build_plan(spec_of(Top)).nodes["emitting"]
-    task = ex.BoltTask("Top", node, 0, 0)
+    task = BoltTask("Top", node, 0, 0)
     task.instance.bad = bad
-    with pytest.raises(ex.UserCodeError) as caught:
+    with pytest.raises(UserCodeError) as caught:
         task.feed(slot_batch(node.slots[0], [(1,)]))
     assert str(caught.value).startswith(
         "bolt 'emitting' (test_runner_execute._Emitting) ")
@@ -288,7 +293,7 @@ def test_output_type_errors_name_component_stream_and_field(bad, message):
 
 def test_ints_are_accepted_as_floats_and_none_as_null():
     node = plan_of(Units).nodes["parity"]
-    emitter = ex.Emitter(node)
+    emitter = Emitter(node)
     (batch,) = emitter.batches({"default": [[(1, 2), (None, None)]]})
     assert batch.column("s0_1").type == pa.float64()
     assert batch.column("s0_1").to_pylist() == [2.0, None]
@@ -296,14 +301,14 @@ def test_ints_are_accepted_as_floats_and_none_as_null():
 
 def test_undeclared_streams_and_exceptions_name_the_component():
     node = plan_of(Units).nodes["parity"]
-    task = ex.BoltTask("Units", node, 0, 0)
+    task = BoltTask("Units", node, 0, 0)
     task.instance.emit((1,), "nowhere")
-    with pytest.raises(ex.UserCodeError, match="emitted on stream 'nowhere', which it "
-                                               "does not declare"):
+    with pytest.raises(UserCodeError, match="emitted on stream 'nowhere', which it "
+                                            "does not declare"):
         task.feed(slot_batch(node.slots[0], [(2,)]))
-    task = ex.BoltTask("Units", node, 0, 0)
-    with pytest.raises(ex.UserCodeError, match=r"^bolt 'parity' \(test_runner_execute"
-                                               r"\.Parity\) raised TypeError in process"):
+    task = BoltTask("Units", node, 0, 0)
+    with pytest.raises(UserCodeError, match=r"^bolt 'parity' \(test_runner_execute"
+                                            r"\.Parity\) raised TypeError in process"):
         task.feed(pa.RecordBatch.from_arrays([pa.array([None], pa.int64())],
                                              names=["i0_s0_0"]))
 
@@ -312,15 +317,15 @@ def test_a_missing_class_is_a_clear_error():
     node = plan_of(Units).nodes["parity"]
     missing = type(node)(node.id, node.kind, "test_runner_execute.Nope", node.parallelism,
                          node.conf, node.output, node.slots, node.phase)
-    with pytest.raises(ex.UserCodeError, match="cannot import 'test_runner_execute.Nope'"):
-        ex.new_instance("Units", missing, 0, None)
+    with pytest.raises(UserCodeError, match="cannot import 'test_runner_execute.Nope'"):
+        new_instance("Units", missing, 0, None)
 
 
 # -- spouts --------------------------------------------------------------------------------
 
 def test_spout_read_yields_chunks_of_every_stream():
     node = plan_of(Units).nodes["numbers"]
-    task = ex.SpoutTask("Units", node, task=0, batch_id=3)
+    task = SpoutTask("Units", node, task=0, batch_id=3)
     batches = list(task.read(0, 10, chunk=4))
     rows = rows_of(node, batches)
     assert rows["default"] == [(i,) for i in range(10)]
@@ -340,22 +345,22 @@ def _frame(op, rows):
 def test_stateful_group_updates_pickled_state_per_key():
     plan = plan_of(Counting)
     op = plan.stateful
-    task = ex.StatefulTask("Counting", op, plan.nodes, task=1, batch_id=0)
+    task = StatefulTask("Counting", op, plan.nodes, task=1, batch_id=0)
     state, out = task.group([_frame(op, [(4, 10), (4, 11)])], None)
     assert pickle.loads(state) == 2
     assert list(out.itertuples(index=False, name=None)) == [(4, 1), (4, 2)]
     state, out = task.group([_frame(op, [(4, 12)])], state)
     assert pickle.loads(state) == 3 and out.values.tolist() == [[4, 3]]
     assert task.instances[0].context.task == 1
-    assert task.counts() == {"counter": ex.Counts(emitted=3, processed=3)}
+    assert task.counts() == {"counter": Counts(emitted=3, processed=3)}
 
 
 def test_stateful_remove_drops_the_state_and_a_later_tuple_starts_afresh():
     plan = plan_of(Counting)
     op = plan.stateful
-    task = ex.StatefulTask("Counting", op, plan.nodes, 0, 0)
+    task = StatefulTask("Counting", op, plan.nodes, 0, 0)
     state, _ = task.group([_frame(op, [(1, 5), (1, 99)])], None)
-    assert state is ex.REMOVE
+    assert state is REMOVE
     state, out = task.group([_frame(op, [(1, 5), (1, 99), (1, 6)])], pickle.dumps(7))
     assert pickle.loads(state) == 1
     assert out.values.tolist() == [[1, 8], [1, 1]]
@@ -380,7 +385,7 @@ def test_process_key_sees_all_tuples_of_a_key_without_making_them():
     nodes["counter"] = type(node)(node.id, node.kind, "test_runner_execute._FastCounter",
                                   node.parallelism, node.conf, node.output, node.slots,
                                   node.phase)
-    task = ex.StatefulTask("Counting", plan.stateful, nodes, 0, 0)
+    task = StatefulTask("Counting", plan.stateful, nodes, 0, 0)
     state, out = task.group([_frame(plan.stateful, [(3, i) for i in range(5)])], None)
     assert pickle.loads(state) == 5 and out.values.tolist() == [[3, 5]]
     assert task.instances[0].seen == "<5 tuples>"      # never materialised
@@ -415,7 +420,7 @@ class ColumnsOut(Topology):
 
 def _columns_task(columns, stream="default"):
     node = plan_of(ColumnsOut).nodes["columns"]
-    task = ex.BoltTask("ColumnsOut", node, 0, 7)
+    task = BoltTask("ColumnsOut", node, 0, 7)
     task.instance.columns, task.instance.stream = columns, stream
     return node, task
 
@@ -443,7 +448,7 @@ SAME_COLUMNS = [
                          ids=[i for i, _ in SAME_COLUMNS])
 def test_columns_of_every_kind_make_the_same_tuples_in_both_outputs(make):
     node = plan_of(ColumnsOut).nodes["columns"]
-    emitter = ex.Emitter(node)
+    emitter = Emitter(node)
     # Arrow batches (stateless bolts, spouts): typed as declared.
     instance = SimpleNamespace(_emitted=[("default", EmittedColumns(make()))])
     (batch,) = emitter.batches(emitter.drain(instance))
@@ -463,14 +468,14 @@ def test_a_numpy_column_of_the_field_dtype_is_taken_as_it_is():
     node = plan_of(ColumnsOut).nodes["columns"]
     count = node.output.stream("default").columns[1]
     values = np.arange(5)
-    assert ex.to_numpy(node, "default", count, values) is values
-    small = ex.to_numpy(node, "default", count, np.arange(5, dtype=np.int16))
+    assert to_numpy(node, "default", count, values) is values
+    small = to_numpy(node, "default", count, np.arange(5, dtype=np.int16))
     assert small.dtype == np.int64 and small.tolist() == [0, 1, 2, 3, 4]
     parity = plan_of(Units).nodes["parity"]
     double = parity.output.stream("default").columns[1]
-    floats = ex.to_numpy(parity, "default", double, np.array([1, 2], np.int32))
+    floats = to_numpy(parity, "default", double, np.array([1, 2], np.int32))
     assert floats.dtype == np.float64 and floats.tolist() == [1.0, 2.0]
-    assert ex.to_array(parity, "default", double, np.arange(2)).type == pa.float64()
+    assert to_array(parity, "default", double, np.arange(2)).type == pa.float64()
 
 
 def test_emit_columns_on_a_named_stream_keeps_the_order_of_emits():
@@ -490,7 +495,7 @@ def test_columns_with_nulls_and_no_rows():
     node, task = _columns_task({"word": ["a", None], "count": [None, 2]})
     assert rows_of(node, task.feed(slot_batch(node.slots[0], [(1,)])))["default"] == [
         ("a", None), (None, 2)]
-    emitter = ex.Emitter(node)
+    emitter = Emitter(node)
     instance = SimpleNamespace(_emitted=[("default", EmittedColumns(
         {"word": ["a", None], "count": pa.array([None, 2])}))])
     _, arrays = emitter.arrays(emitter.drain(instance))
@@ -558,9 +563,9 @@ LABEL = "bolt 'columns' (test_runner_execute._ColumnEmitter) "
 @pytest.mark.parametrize("output", ["arrow", "numpy"])
 def test_column_errors_name_component_stream_and_field(columns, message, output):
     node = plan_of(ColumnsOut).nodes["columns"]
-    emitter = ex.Emitter(node)
+    emitter = Emitter(node)
     instance = SimpleNamespace(_emitted=[("default", EmittedColumns(columns))])
-    with pytest.raises(ex.UserCodeError) as caught:
+    with pytest.raises(UserCodeError) as caught:
         pending = emitter.drain(instance)
         emitter.batches(pending) if output == "arrow" else emitter.arrays(pending)
     assert str(caught.value) == LABEL + message
@@ -578,7 +583,7 @@ class _Unpicklable:
 
 def test_object_fields_must_pickle_in_columns_and_tuples():
     node, task = _columns_task({"n": [1, 2], "info": [None, _Unpicklable()]}, "odd")
-    with pytest.raises(ex.UserCodeError) as caught:
+    with pytest.raises(UserCodeError) as caught:
         task.feed(slot_batch(node.slots[0], [(1,)]))
     assert str(caught.value) == (
         LABEL + "emitted <unpicklable> (_Unpicklable) on stream 'odd' as field 'info', "
@@ -586,23 +591,23 @@ def test_object_fields_must_pickle_in_columns_and_tuples():
     # A tuple's object value: the same error (it was a bare TypeError).
     node, task = _columns_task({"word": [], "count": []})
     task.instance.emit((3, threading.Lock()), "odd")
-    with pytest.raises(ex.UserCodeError, match=r"\(lock\) on stream 'odd' as field "
-                                               r"'info', which cannot be pickled"):
+    with pytest.raises(UserCodeError, match=r"\(lock\) on stream 'odd' as field "
+                                            r"'info', which cannot be pickled"):
         task.feed(slot_batch(node.slots[0], [(1,)]))
 
 
 def test_emit_columns_on_an_undeclared_stream_and_returned_dicts_in_process():
     node, task = _columns_task({"word": ["a"], "count": [1]}, "nowhere")
-    with pytest.raises(ex.UserCodeError) as caught:
+    with pytest.raises(UserCodeError) as caught:
         task.feed(slot_batch(node.slots[0], [(1,)]))
     assert str(caught.value) == (LABEL + "emitted on stream 'nowhere', which it does not "
                                  "declare (its streams: default, odd)")
     # process() returns tuples: a dict there is iterated (its keys), and the error says
     # how to emit columns instead.
     parity = plan_of(Units).nodes["parity"]
-    emitter = ex.Emitter(parity)
+    emitter = Emitter(parity)
     emitter.rows.extend({"n": [1], "double": [2.0]})
-    with pytest.raises(ex.UserCodeError) as caught:
+    with pytest.raises(UserCodeError) as caught:
         emitter.batches(emitter.drain(SimpleNamespace(_emitted=[])))
     assert str(caught.value) == (
         "bolt 'parity' (test_runner_execute.Parity) emitted 'n' on stream 'default'; its "
@@ -612,7 +617,7 @@ def test_emit_columns_on_an_undeclared_stream_and_returned_dicts_in_process():
 
 def test_a_spout_may_emit_columns():
     node = plan_of(Units).nodes["numbers"]
-    task = ex.SpoutTask("Units", node, 0, 0)
+    task = SpoutTask("Units", node, 0, 0)
     task.instance.emit_columns({"n": np.arange(3), "tag": ["p", "q", "r"]}, "tagged")
     rows = rows_of(node, list(task.read(0, 1)))
     assert rows["tagged"] == [(0, "p"), (1, "q"), (2, "r"), (0, "x0")]   # in order
@@ -658,7 +663,7 @@ class ColumnCounting(Topology):
 def test_process_key_returns_columns(kind):
     plan = plan_of(ColumnCounting, {"columns": kind})
     op = plan.stateful
-    task = ex.StatefulTask("ColumnCounting", op, plan.nodes, 0, 0)
+    task = StatefulTask("ColumnCounting", op, plan.nodes, 0, 0)
     state, out = task.group([_frame(op, [(4, 10), (4, 11), (4, 12)])], pickle.dumps(2))
     assert pickle.loads(state) == 5
     rows = list(out.itertuples(index=False, name=None))
@@ -667,16 +672,16 @@ def test_process_key_returns_columns(kind):
     assert [r[0] for r in rows] == [0, 0, 0, 1]
     assert [r[1:3] for r in rows[:3]] == [(4, 3), (4, 4), (4, 5)]
     assert rows[3][3:] == (4, 5.0)
-    assert task.counts() == {"counter": ex.Counts(emitted=4, processed=3)}
+    assert task.counts() == {"counter": Counts(emitted=4, processed=3)}
 
 
 def test_returned_columns_are_checked_like_emitted_ones():
     plan = plan_of(ColumnCounting, {"columns": "none"})
     nodes = dict(plan.nodes)
     node = nodes["counter"]
-    task = ex.StatefulTask("ColumnCounting", plan.stateful, nodes, 0, 0)
+    task = StatefulTask("ColumnCounting", plan.stateful, nodes, 0, 0)
     task._instance(0).process_key = lambda tuples, state: {"key": [1], "cnt": [1]}
-    with pytest.raises(ex.UserCodeError) as caught:
+    with pytest.raises(UserCodeError) as caught:
         task.group([_frame(plan.stateful, [(4, 10)])], None)
     assert str(caught.value) == (
         f"{node.label} returned columns on stream 'default' without field 'count' (its "
@@ -701,7 +706,7 @@ def test_figures_rates_over_the_window_and_latency_from_progress():
 
 def test_failures_name_the_component_from_spark_text():
     text = ("An exception was raised...\nTraceback (most recent call last):\n"
-            "  File ...\nnimbus_thrift.runner.execute.UserCodeError: bolt 'split' "
+            "  File ...\nnimbus_thrift.runner.usercode.UserCodeError: bolt 'split' "
             "(wordcount.SplitBolt) raised ValueError in process(): boom\n\n=== Streaming ===")
     assert describe_failure(text, ["split", "sentences"]) == (
         "split", "bolt 'split' (wordcount.SplitBolt) raised ValueError in process(): boom")
