@@ -18,6 +18,7 @@ import click
 import structlog
 
 from . import logs, render
+from .client.defaults import DEFAULT_TIMEOUT, DEFAULT_WAIT_TIMEOUT
 from .idl import NIMBUS_PORT
 from .tuning import tune_allocator
 from .rpc.options import (DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
@@ -202,8 +203,9 @@ def warm_up(config_file: Path | None, spark_master: str | None, timeout: float) 
 # --- commands that talk to a running nimbus -------------------------------------------
 
 def _client_options(func: Any) -> Any:
-    func = click.option("--timeout", type=click.FloatRange(0, min_open=True), default=30.0,
-                        show_default=True, help="Seconds to wait for each reply.")(func)
+    func = click.option("--timeout", type=click.FloatRange(0, min_open=True),
+                        default=DEFAULT_TIMEOUT, show_default=True,
+                        help="Seconds to wait for each reply.")(func)
     func = click.option("--port", type=click.IntRange(1, 65535), default=NIMBUS_PORT,
                         show_default=True, envvar="NIMBUS_THRIFT_PORT")(func)
     func = click.option("--host", default="127.0.0.1", show_default=True,
@@ -221,7 +223,8 @@ def _nimbus(host: str, port: int, timeout: float) -> Iterator[Any]:
     """A connected client; every failure becomes one sentence and exit status 1."""
     from thriftpy2.thrift import TApplicationException
 
-    from .client.client import NimbusClient, NimbusClientError
+    from .client.client import NimbusClient
+    from .client.errors import NimbusClientError
 
     if not structlog.is_configured():
         logs.configure("warning")  # the client's retries are debug lines: not for people
@@ -410,10 +413,12 @@ def _echo_status(status: str) -> None:
 @click.option("--inactive", is_flag=True, help="Submit with its spouts paused.")
 @click.option("--wait", is_flag=True,
               help="Follow its status until it runs; exit 1 if it fails.")
-@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=300.0,
-              show_default=True, help="Seconds --wait waits for it to run.")
-@click.option("--call-timeout", type=click.FloatRange(0, min_open=True), default=30.0,
-              show_default=True, help="Seconds to wait for each reply.")
+@click.option("--timeout", type=click.FloatRange(0, min_open=True),
+              default=DEFAULT_WAIT_TIMEOUT, show_default=True,
+              help="Seconds --wait waits for it to run.")
+@click.option("--call-timeout", type=click.FloatRange(0, min_open=True),
+              default=DEFAULT_TIMEOUT, show_default=True,
+              help="Seconds to wait for each reply.")
 @click.option("--port", type=click.IntRange(1, 65535), default=NIMBUS_PORT, show_default=True,
               envvar="NIMBUS_THRIFT_PORT")
 @click.option("--host", default="127.0.0.1", show_default=True,

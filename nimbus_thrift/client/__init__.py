@@ -2,10 +2,43 @@
 
 Built on the socket-free call encoding of :mod:`nimbus_thrift.rpc.calls`; the daemon's
 code (:mod:`nimbus_thrift.nimbus`) is never imported here.
+
+Modules, each importing only those listed before it: ``defaults`` (plain constants),
+``errors``, ``transport`` (the socket), ``submit`` (packaging, uploading, waiting),
+``client`` (:class:`NimbusClient`: the IDL's methods, files, the submit shortcuts).
 """
 
-from .client import (BadReply, ConnectionLost, FrameRefused, NimbusClient,
-                     NimbusClientError, NimbusTimeout, NimbusUnavailable, ServerError)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: The package's names and the module each comes from, imported on first use: the CLI
+#: imports nimbus_thrift.client.defaults at start-up (and so this package), which must
+#: not cost it thriftpy2 and structlog.
+_EXPORTS = {
+    "BadReply": "errors", "ConnectionLost": "errors", "FrameRefused": "errors",
+    "NimbusClient": "client", "NimbusClientError": "errors", "NimbusTimeout": "errors",
+    "NimbusUnavailable": "errors", "ServerError": "errors",
+}
+
+if TYPE_CHECKING:
+    from .client import NimbusClient
+    from .errors import (BadReply, ConnectionLost, FrameRefused, NimbusClientError,
+                         NimbusTimeout, NimbusUnavailable, ServerError)
 
 __all__ = ["BadReply", "ConnectionLost", "FrameRefused", "NimbusClient",
            "NimbusClientError", "NimbusTimeout", "NimbusUnavailable", "ServerError"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

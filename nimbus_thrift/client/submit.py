@@ -37,13 +37,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .client import (DEFAULT_POLL_INTERVAL, DEFAULT_WAIT_TIMEOUT, NimbusClient,
-                     NimbusClientError, NimbusTimeout)
 from ..idl import NIMBUS_COMPONENT
 from ..topology.package import DEFAULT_MAX_PACKAGE_BYTES, PreparedTopology, prepare
+from .defaults import DEFAULT_POLL_INTERVAL, DEFAULT_WAIT_TIMEOUT
+from .errors import NimbusClientError, NimbusTimeout
 
 if TYPE_CHECKING:
+    # A type only: NimbusClient's shortcuts call this module, never the reverse.
     from ..topology import Topology
+    from .client import NimbusClient
 
 #: The daemon's configuration key of its upload cap (absent on other Nimbus servers).
 MAX_UPLOAD_KEY = "nimbus-thrift.max_upload_bytes"

@@ -18,25 +18,24 @@ from thriftpy2.thrift import TApplicationException
 import nimbus_thrift
 from nimbus_thrift.idl import NIMBUS_PORT as DEFAULT_PORT
 from nimbus_thrift.rpc import binary, options
-from nimbus_thrift.client.client import (
-    DEFAULT_CHUNK_SIZE,
-    DEFAULT_MAX_FRAME_SIZE,
-    READ_ONLY_METHODS,
+from nimbus_thrift.client.client import DEFAULT_MAX_FRAME_SIZE, NimbusClient, nimbus_idl
+from nimbus_thrift.client.defaults import DEFAULT_CHUNK_SIZE, READ_ONLY_METHODS
+from nimbus_thrift.client.errors import (
     BadReply,
     ConnectionLost,
     FrameRefused,
-    NimbusClient,
     NimbusClientError,
     NimbusTimeout,
     NimbusUnavailable,
     ServerError,
+)
+from nimbus_thrift.rpc.calls import (
     UnreadableReply,
     backoff_delays,
     bind_args,
     check_reply_length,
     decode_reply,
     encode_call,
-    nimbus_idl,
     parse_frame_refusal,
 )
 from nimbus_thrift.rpc.errors import AppErrorCode, FrameSizeError

@@ -19,7 +19,8 @@ from click.testing import CliRunner
 
 from support.nimbus import N, port_of
 from nimbus_thrift.cli import main
-from nimbus_thrift.client.client import NimbusClient, NimbusTimeout
+from nimbus_thrift.client.client import NimbusClient
+from nimbus_thrift.client.errors import NimbusTimeout
 from nimbus_thrift.nimbus import NimbusDaemon, load_config
 from nimbus_thrift.client.submit import (SubmitError, TopologyFailed, TopologyNotScheduled,
                                   TopologyWaitTimeout)

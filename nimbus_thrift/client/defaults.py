@@ -1,0 +1,48 @@
+"""The client's defaults and the methods it may retry: the one home of each, used by
+:class:`~nimbus_thrift.client.NimbusClient`, the submit shortcuts and the CLI's flags.
+
+Plain constants, importing nothing: the CLI imports this module at start-up, which
+must not pay for thriftpy2 or structlog.
+"""
+
+from __future__ import annotations
+
+#: Seconds one call may take, sending included. Every Nimbus call is short (the
+#: slowest moves one upload chunk); 30 s matches the server's own frame-read and
+#: write timeouts, so a stuck peer surfaces in the same time on both sides.
+DEFAULT_TIMEOUT = 30.0
+
+#: Seconds one connection attempt may take. A live host answers a SYN in
+#: milliseconds; a few seconds covers a loaded host or a lost first SYN.
+DEFAULT_CONNECT_TIMEOUT = 5.0
+
+#: Connection attempts per connect, so a Nimbus that is restarting (or briefly
+#: over its connection limit) is waited for a little instead of failing at once.
+DEFAULT_CONNECT_ATTEMPTS = 3
+
+#: Back-off before the second attempt, multiplied by the factor before each further
+#: one, never above the cap: with the defaults 0.1 s then 0.2 s (0.3 s in all), and
+#: at most 2 s between any two attempts however many are configured.
+DEFAULT_BACKOFF_INITIAL = 0.1
+DEFAULT_BACKOFF_FACTOR = 2.0
+DEFAULT_BACKOFF_MAX = 2.0
+
+
+#: Bytes per uploadChunk: what Storm's StormSubmitter sends.
+DEFAULT_CHUNK_SIZE = 307_200
+
+#: Seconds to wait for a topology to run. A Spark application takes 10 to 60 s to
+#: start its JVM, session and first micro-batch; five minutes covers a busy cluster
+#: that must first free executors.
+DEFAULT_WAIT_TIMEOUT = 300.0
+#: Seconds between getTopologyInfo calls while waiting: the daemon's driver writes its
+#: status about twice a second, so polling faster shows nothing new.
+DEFAULT_POLL_INTERVAL = 0.5
+
+#: Methods that only read, so sending one twice cannot change anything: the only
+#: calls retried (once) after the connection is lost mid-call. beginFileDownload and
+#: downloadChunk are not among them: they move a server-side download cursor.
+READ_ONLY_METHODS = frozenset({
+    "getNimbusConf", "getClusterInfo", "getTopologyInfo", "getTopologyConf",
+    "getTopology", "getUserTopology", "getLeader", "isTopologyNameAllowed",
+})

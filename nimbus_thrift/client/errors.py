@@ -1,0 +1,130 @@
+"""The errors the client raises itself: :class:`NimbusClientError` and its family,
+each carrying the Nimbus's address and what it says of the call.
+
+Imported by the transport, :class:`~nimbus_thrift.client.NimbusClient` and the submit
+shortcuts; it imports no socket code and nothing of them.
+"""
+
+from __future__ import annotations
+
+from ..rpc.errors import AppErrorCode
+from .defaults import READ_ONLY_METHODS
+
+
+def format_address(host: str, port: int) -> str:
+    """``host:port``, or ``[host]:port`` for an IPv6 address."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class NimbusClientError(Exception):
+    """Base of every error the client raises itself (IDL exceptions such as
+    ``NotAliveException`` are the server's answers and are raised as they are)."""
+
+    def __init__(self, message: str, host: str, port: int) -> None:
+        super().__init__(message)
+        self.host = host
+        self.port = port
+
+    @property
+    def address(self) -> str:
+        """``host:port`` (``[v6]:port``) of the Nimbus concerned."""
+        return format_address(self.host, self.port)
+
+
+class NimbusUnavailable(NimbusClientError):
+    """No connection could be made. Nothing was sent, so any call may be repeated."""
+
+    def __init__(self, host: str, port: int, reason: str, attempts: int,
+                 elapsed: float) -> None:
+        self.reason = reason
+        self.attempts = attempts
+        self.elapsed = elapsed
+        plural = "attempt" if attempts == 1 else "attempts"
+        super().__init__(f"no nimbus at {format_address(host, port)}: {reason} "
+                         f"(after {attempts} {plural} over {elapsed:.1f} s)", host, port)
+
+
+class NimbusTimeout(NimbusClientError):
+    """The call did not complete within ``timeout`` seconds. The server may still
+    carry it out; the connection was discarded."""
+
+    def __init__(self, host: str, port: int, method: str, timeout: float) -> None:
+        self.method = method
+        self.timeout = timeout
+        super().__init__(f"timed out after {float(timeout)} s waiting for {method} from "
+                         f"{format_address(host, port)}", host, port)
+
+
+class FrameRefused(NimbusClientError):
+    """A request frame over a size limit.
+
+    ``refused_by`` is ``"client"`` when it was larger than the client's
+    ``max_frame_size`` and never sent (the connection is kept), ``"server"`` when the
+    server answered that it exceeds its limit (the server then closes the connection).
+    ``size`` is the frame's length without its 4-byte prefix, as both sides count it.
+    """
+
+    def __init__(self, host: str, port: int, method: str, size: int, limit: int,
+                 refused_by: str, server_message: str | None = None) -> None:
+        self.method = method
+        self.size = size
+        self.limit = limit
+        self.refused_by = refused_by
+        self.server_message = server_message
+        if refused_by == "server":
+            text = (f"server refused a frame of {size} bytes (limit {limit}): {method} "
+                    f"to {format_address(host, port)} (server said: {server_message})")
+        else:
+            text = (f"refused to send a frame of {size} bytes (limit {limit}, the "
+                    f"client's max_frame_size): {method} to {format_address(host, port)}")
+        super().__init__(text, host, port)
+
+
+class ConnectionLost(NimbusClientError):
+    """The connection broke after the request was (at least partly) sent and before
+    the whole reply arrived. A mutating call may or may not have taken effect."""
+
+    def __init__(self, host: str, port: int, method: str, reason: str,
+                 retried: bool = False) -> None:
+        self.method = method
+        self.reason = reason
+        self.retried = retried
+        if retried:
+            note = "; failed again after reconnecting once"
+        elif method in READ_ONLY_METHODS:
+            note = ""
+        else:
+            note = (f"; not retried: {method} changes state and may already have "
+                    f"taken effect")
+        super().__init__(f"lost the connection to nimbus at {format_address(host, port)} "
+                         f"during {method}: {reason}{note}", host, port)
+
+
+class ServerError(NimbusClientError):
+    """The server answered with a ``TApplicationException`` (other than a frame-size
+    refusal): an unknown method, arguments it could not decode, a handler crash, an
+    overloaded server. ``code`` is the exception's type, ``server_message`` its text."""
+
+    def __init__(self, host: str, port: int, method: str, code: int,
+                 server_message: str) -> None:
+        self.method = method
+        self.code = code
+        self.server_message = server_message
+        try:
+            name = AppErrorCode(code).name
+        except ValueError:
+            name = "UNKNOWN CODE"
+        super().__init__(f"nimbus at {format_address(host, port)} failed {method}: {name} "
+                         f"({code}): {server_message}", host, port)
+
+
+class BadReply(NimbusClientError):
+    """The bytes that came back are not a reply to the call (not framed Thrift, a
+    frame over ``max_frame_size``, undecodable, the wrong method or seqid). The
+    connection was discarded."""
+
+    def __init__(self, host: str, port: int, method: str, reason: str) -> None:
+        self.method = method
+        self.reason = reason
+        super().__init__(f"bad reply to {method} from {format_address(host, port)}: "
+                         f"{reason}", host, port)
