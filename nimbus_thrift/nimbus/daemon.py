@@ -22,7 +22,8 @@ from ..idl import nimbus_idl
 from ..rpc.server import Server, make_server
 from .config import NimbusConfig
 from .handler import NimbusHandler
-from .launcher import Launcher, load_launcher
+from .launcher import Launcher
+from .launchers import load_launcher
 from .store import Store
 
 log = structlog.get_logger(__name__)

@@ -13,6 +13,7 @@ mistake, not ours.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import shutil
@@ -21,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, ParamSpec, TypeVar
 
 import structlog
 from thriftpy2.protocol import TBinaryProtocolFactory
@@ -38,8 +39,8 @@ from .lifecycle import GONE, PREVIOUS, Event, Status, TransitionRefused, next_st
 from .store import Action, Store, TopologyRecord
 from .timers import Timers
 from .transfers import TransferError, Transfers
-from ..topology.validate import (TOPOLOGY_DEFAULTS, InvalidTopology, check_name, check_topology,
-                       parse_conf, task_ranges)
+from ..topology.validate import (TOPOLOGY_DEFAULTS, InvalidTopology, TopologyPlan,
+                                 check_name, check_topology, parse_conf, task_ranges)
 
 log = structlog.get_logger(__name__)
 
@@ -49,6 +50,7 @@ REMOVE_RETRY_SECS = 30.0
 ALL_TIME = ":all-time"
 
 F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
 
 
 def _client_errors(func: F) -> F:
@@ -101,7 +103,7 @@ class NimbusHandler:
             self.timers.arm(action.topology_id, action.due_at)
         for rec in self.store.topologies():
             log.info("topology_recovered", topology=rec.id, status=rec.status)
-            self._launcher_call(rec.id, "launch", self._spec(rec))
+            self._launcher_call(rec.id, self.launcher.launch, self._spec(rec))
 
     def start(self, address: tuple[str, int]) -> None:
         """Start timers; ``address`` is where clients reach this nimbus."""
@@ -174,7 +176,10 @@ class NimbusHandler:
             log.info("topology_submitted", topology=topology_id, status=status.value,
                      components=len(plan.components), executors=sum(plan.executors.values()),
                      code_sha256=upload.sha256)
-            self._launcher_call(topology_id, "launch", self._spec(rec))
+            # The plan of the record: its conf is the one stored (the submitted one with
+            # the name, id and code location), as when it is made from the record.
+            self._launcher_call(topology_id, self.launcher.launch,
+                                self._spec(rec, dataclasses.replace(plan, conf=full_conf)))
 
     def _check_name_free(self, name: str) -> None:
         rec = self.store.topology_named(name)
@@ -211,7 +216,7 @@ class NimbusHandler:
                      previous=rec.status)
             if rec.status != Status.KILLED.value:
                 # Spouts stop while in-flight tuples drain, as Storm does during the wait.
-                self._launcher_call(rec.id, "pause", rec.id)
+                self._launcher_call(rec.id, self.launcher.pause, rec.id)
 
     @_client_errors
     def activate(self, name: str) -> None:
@@ -230,8 +235,8 @@ class NimbusHandler:
                 return
             self.store.set_status(rec.id, target.value, None)
             log.info("topology_" + event.value + "d", topology=rec.id)
-            self._launcher_call(rec.id, "resume" if event is Event.ACTIVATE else "pause",
-                                rec.id)
+            self._launcher_call(rec.id, self.launcher.resume if event is Event.ACTIVATE
+                                else self.launcher.pause, rec.id)
 
     @_client_errors
     def rebalance(self, name: str, options: Any) -> None:
@@ -275,7 +280,7 @@ class NimbusHandler:
             self.timers.arm(rec.id, due)
             log.info("topology_rebalancing", topology=rec.id, wait_secs=wait,
                      num_workers=workers, num_executors=dict(executors))
-            self._launcher_call(rec.id, "pause", rec.id)
+            self._launcher_call(rec.id, self.launcher.pause, rec.id)
 
     def run_action(self, topology_id: str) -> None:
         """Run the topology's pending action if it is due (called by the timers)."""
@@ -294,7 +299,8 @@ class NimbusHandler:
 
     def _remove(self, rec: TopologyRecord) -> None:
         assert next_status(rec.name, Status(rec.status), Event.REMOVE) == GONE
-        if not self._launcher_call(rec.id, "stop", rec.id, self.config.stop_grace_secs):
+        if not self._launcher_call(rec.id, self.launcher.stop, rec.id,
+                                   self.config.stop_grace_secs):
             due = self.clock() + REMOVE_RETRY_SECS
             self.store.set_action(Action(rec.id, "remove", due, {}))
             self.timers.arm(rec.id, due)
@@ -318,7 +324,7 @@ class NimbusHandler:
                  executors=executors, status=restored)
         updated = self.store.topology(rec.id)
         assert updated is not None
-        self._launcher_call(rec.id, "rebalance", self._spec(updated))
+        self._launcher_call(rec.id, self.launcher.rebalance, self._spec(updated))
 
     def _alive(self, name: Any) -> TopologyRecord:
         rec = self.store.topology_named(name) if isinstance(name, str) else None
@@ -508,24 +514,37 @@ class NimbusHandler:
     def _work_dir(self, topology_id: str) -> Path:
         return self.topologies_dir / topology_id
 
-    def _spec(self, rec: TopologyRecord) -> LaunchSpec:
+    def _spec(self, rec: TopologyRecord, plan: TopologyPlan | None = None) -> LaunchSpec:
+        """What the launcher needs of ``rec``; ``plan`` is the submit's, else it is made
+        here from the stored topology and conf (once per launch or rebalance)."""
+        topology = self._topology_struct(rec)
+        invalid = ""
+        if plan is None:
+            try:
+                plan = check_topology(topology, rec.conf, None)
+            except InvalidTopology as exc:
+                # Only a launcher that needs the plan fails, as when it made it itself.
+                invalid = str(exc)
         return LaunchSpec(
             topology_id=rec.id, name=rec.name,
-            topology=self._topology_struct(rec),
+            topology=topology,
             conf=rec.conf, code_path=self.transfers.code_path(rec.code_upload),
             work_dir=self._work_dir(rec.id), num_workers=rec.num_workers,
             executors=rec.executors, tasks=rec.tasks,
-            active=rec.status == Status.ACTIVE.value)
+            active=rec.status == Status.ACTIVE.value, plan=plan, invalid=invalid)
 
-    def _launcher_call(self, topology_id: str, method: str, *args: Any) -> bool:
-        """Call the launcher; on failure record the error on the topology. The request
-        that led here is already committed, so it still succeeds for the client."""
+    def _launcher_call(self, topology_id: str, method: Callable[P, object],
+                       *args: P.args, **kwargs: P.kwargs) -> bool:
+        """Call ``method`` of the launcher; on failure record the error on the topology.
+        The request that led here is already committed, so it still succeeds for the
+        client."""
         try:
-            getattr(self.launcher, method)(*args)
+            method(*args, **kwargs)
             return True
         except Exception as exc:  # noqa: BLE001 - any launcher failure is recorded
-            message = f"launcher {method} failed: {type(exc).__name__}: {exc}"
-            log.error("launcher_failed", topology=topology_id, method=method,
+            name = method.__name__
+            message = f"launcher {name} failed: {type(exc).__name__}: {exc}"
+            log.error("launcher_failed", topology=topology_id, method=name,
                       error=str(exc), exc_info=exc)
             if self.store.topology(topology_id) is not None:
                 self.store.add_error(topology_id, NIMBUS_COMPONENT, message,

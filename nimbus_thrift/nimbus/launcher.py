@@ -4,24 +4,18 @@ The handler owns the *desired* state (in SQLite); a launcher owns the processes.
 handler calls a launcher after the desired state is committed, so a launcher failure
 never loses an acknowledged request: it shows up in ``getTopologyInfo`` instead.
 
-Built-in launchers (``launcher:`` in the daemon configuration):
-
-    spark       the default: each topology is one Spark application, started with
-                spark-submit on ``spark_master`` (:mod:`.spark_launcher`).
-    none        nothing runs: topologies are accepted, stored and controlled, and report
-                "not scheduled" (a Nimbus with no supervisors). For clients, tooling and
-                tests that need the service but not the execution.
-    module:attr any importable factory ``attr(config) -> Launcher``.
-
-Only launcher implementations may import PySpark.
+The launchers there are, and how the daemon picks one, are in :mod:`.launchers`;
+launchers import this module, never the reverse. Only launcher implementations may
+import PySpark.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
+
+from ..topology.validate import InvalidTopology, TopologyPlan
 
 
 class LauncherError(Exception):
@@ -33,7 +27,10 @@ class LaunchSpec:
     """Everything a launcher needs to run one topology.
 
     ``topology`` is the IDL's ``StormTopology`` as submitted; ``executors`` and
-    ``tasks`` are per component after validation (and after any rebalance).
+    ``tasks`` are per component after validation (and after any rebalance). ``plan``
+    is the topology validated with ``conf``, computed once by the handler (at submit,
+    or from the stored topology when it is launched again or rebalanced): None when a
+    stored topology no longer validates, and then ``invalid`` says why.
     """
 
     topology_id: str
@@ -46,6 +43,18 @@ class LaunchSpec:
     executors: dict[str, int]
     tasks: dict[str, int]
     active: bool
+    plan: TopologyPlan | None
+    invalid: str = ""
+
+    def require_plan(self) -> TopologyPlan:
+        """The plan, for a launcher that needs it.
+
+        Raises:
+            InvalidTopology: the stored topology no longer validates (``invalid``).
+        """
+        if self.plan is None:
+            raise InvalidTopology(self.invalid)
+        return self.plan
 
 
 @dataclass(frozen=True)
@@ -113,76 +122,3 @@ class Launcher(Protocol):
     def status(self, topology_id: str) -> RunStatus: ...
     def nodes(self) -> list[WorkerNode]: ...
     def close(self) -> None: ...
-
-
-class UnscheduledLauncher:
-    """The ``none`` launcher: runs nothing and says so.
-
-    Like a Storm Nimbus with no supervisors: every topology is accepted and
-    controllable, and its status says it is not scheduled, with the reason.
-    """
-
-    name = "none"
-    DETAIL = "unscheduled: this nimbus has no execution backend (launcher 'none')"
-
-    def launch(self, spec: LaunchSpec) -> None:
-        pass
-
-    def stop(self, topology_id: str, grace: float) -> None:
-        pass
-
-    def pause(self, topology_id: str) -> None:
-        pass
-
-    def resume(self, topology_id: str) -> None:
-        pass
-
-    def rebalance(self, spec: LaunchSpec) -> None:
-        pass
-
-    def status(self, topology_id: str) -> RunStatus:
-        return RunStatus(state="unscheduled", detail=self.DETAIL)
-
-    def nodes(self) -> list[WorkerNode]:
-        return []
-
-    def close(self) -> None:
-        pass
-
-
-def _spark(config: Any) -> Launcher:
-    # Imported when chosen: the module looks for PySpark and Java as it starts.
-    from .spark.launcher import SparkLauncher
-    return SparkLauncher(config)
-
-
-BUILTIN: dict[str, Callable[[Any], Launcher]] = {
-    "none": lambda config: UnscheduledLauncher(),
-    "spark": _spark,
-}
-
-
-def load_launcher(spec: str, config: Any) -> Launcher:
-    """Build the launcher named by ``spec``: a built-in name or ``module:factory``.
-
-    Raises:
-        LauncherError: unknown name, unimportable module, or a factory that fails.
-    """
-    factory = BUILTIN.get(spec)
-    if factory is None:
-        module_name, sep, attr = spec.partition(":")
-        if not sep or not module_name or not attr:
-            raise LauncherError(
-                f"unknown launcher {spec!r}: use one of {', '.join(sorted(BUILTIN))} "
-                "or 'module:factory'")
-        try:
-            factory = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise LauncherError(f"cannot load launcher {spec!r}: {exc}") from None
-    try:
-        return factory(config)
-    except LauncherError:
-        raise
-    except Exception as exc:
-        raise LauncherError(f"launcher {spec!r} failed to start: "
-                            f"{type(exc).__name__}: {exc}") from exc

@@ -222,7 +222,7 @@ def _first_output_once(args: argparse.Namespace, tmp: Path) -> float:
 def _wait_for_class_archive(t0: float, limit: float = 300.0) -> None:
     """Let the topology run until the daemon has made the driver's class archive (it
     starts the dump once a batch is done), so that the next runs map it."""
-    from nimbus_thrift.nimbus.spark.launcher import CLASS_ARCHIVE_DIR, default_cache_dir
+    from nimbus_thrift.nimbus.spark.install import CLASS_ARCHIVE_DIR, default_cache_dir
     directory = default_cache_dir() / CLASS_ARCHIVE_DIR
     while not any(directory.glob("driver-*.jsa")):
         if time.monotonic() - t0 > limit:

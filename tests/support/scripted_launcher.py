@@ -15,8 +15,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from nimbus_thrift.nimbus.launcher import (LauncherError, LaunchSpec, RunStatus,
-                                          UnscheduledLauncher)
+from nimbus_thrift.nimbus.launcher import LauncherError, LaunchSpec, RunStatus
+from nimbus_thrift.nimbus.launchers import UnscheduledLauncher
 
 SCRIPT_KEY = "test.status.script"
 LAUNCH_ERROR_KEY = "test.launch.error"

@@ -28,16 +28,18 @@ from support.nimbus import (N, FakeClock, FakeLauncher, common, fields, make_zip
 from nimbus_thrift import render
 from nimbus_thrift.nimbus.config import ConfigError, NimbusConfig, load_config
 from nimbus_thrift.nimbus.handler import NimbusHandler
-from nimbus_thrift.nimbus.launcher import LauncherError, LaunchSpec, load_launcher
-from nimbus_thrift.nimbus.spark.launcher import (DEFAULT_JAVA_OPTIONS, EXTRA_JAVA_OPTIONS,
-                                                 JAVA_OPTION_VARIABLES, JVM_CRASH,
-                                                 SPARK_COMPONENT, SPARK_MAIN, ClassArchive,
-                                                 SparkLauncher, driver_java_options,
-                                                 find_spark_home, last_stderr_line,
-                                                 local_threads, master_ui_url,
-                                                 mirror_spark_home, proc_cmdline,
-                                                 tidy_mirrors,
-                                                 proc_info, session_members)
+from nimbus_thrift.nimbus.launcher import LauncherError, LaunchSpec
+from nimbus_thrift.nimbus.launchers import load_launcher
+from nimbus_thrift.nimbus.spark.archive import (DEFAULT_JAVA_OPTIONS, EXTRA_JAVA_OPTIONS,
+                                                JAVA_OPTION_VARIABLES, JVM_CRASH,
+                                                ClassArchive, driver_java_options)
+from nimbus_thrift.nimbus.spark.install import (find_spark_home, mirror_spark_home,
+                                                tidy_mirrors)
+from nimbus_thrift.nimbus.spark.launcher import SparkLauncher
+from nimbus_thrift.nimbus.spark.master import local_threads, master_ui_url
+from nimbus_thrift.nimbus.spark.processes import proc_cmdline, proc_info, session_members
+from nimbus_thrift.nimbus.spark.status import SPARK_COMPONENT, last_stderr_line
+from nimbus_thrift.nimbus.spark.submit import SPARK_MAIN
 from nimbus_thrift.nimbus.store import Store
 from nimbus_thrift.topology.validate import check_topology
 from nimbus_thrift.runner.rundir import RunDir
@@ -87,7 +89,7 @@ def launch_spec(cfg: NimbusConfig, topology_id: str = "wc-1-1", *, topology: Any
     return LaunchSpec(topology_id=topology_id, name="wc", topology=topology, conf=conf,
                       code_path=code_path, work_dir=work, num_workers=plan.num_workers,
                       executors={**plan.executors, **(executors or {})}, tasks=plan.tasks,
-                      active=active)
+                      active=active, plan=plan)
 
 
 def invocations(where: LaunchSpec | Path) -> list[dict[str, Any]]:

@@ -2,7 +2,7 @@
 warm-up``, run by ``scripts/setup.sh``).
 
 A topology launched before the archive exists starts 4-6 s slower (see
-:class:`.spark_launcher.ClassArchive`), and the archive is only made after a first
+:class:`.archive.ClassArchive`), and the archive is only made after a first
 launch has run a batch. This runs that first launch on a small built-in topology
 (:mod:`.warmup_topology`) in a throw-away data directory, waits for the dump its
 batch starts, and stops, so that the user's first topology maps the archive too.
@@ -22,7 +22,8 @@ from typing import Callable
 
 from ..config import NimbusConfig
 from ..launcher import LauncherError, LaunchSpec
-from .launcher import ClassArchive, SparkLauncher
+from .archive import ClassArchive
+from .launcher import SparkLauncher
 from ...topology.validate import InvalidTopology, check_topology
 
 #: The configuration of the warm-up topology: no spark.* settings, so its archive is
@@ -134,7 +135,7 @@ def _launch_spec(data_dir: Path, topology: object) -> LaunchSpec:
                       topology=topology, conf=dict(WARMUP_CONF), code_path=code,
                       work_dir=data_dir / "topologies" / WARMUP_ID,
                       num_workers=plan.num_workers, executors=plan.executors,
-                      tasks=plan.tasks, active=True)
+                      tasks=plan.tasks, active=True, plan=plan)
 
 
 def _wait(done: Callable[[], bool], began: float, timeout: float, spec: LaunchSpec,

@@ -1,0 +1,147 @@
+"""What the launcher knows of one topology's application: :class:`Run`, kept in the
+work directory as ``launch.json`` so that a restarted daemon adopts the processes it
+finds alive instead of starting them twice, and read together with the driver's
+``status.json`` (:mod:`nimbus_thrift.runner.rundir`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from ...runner.rundir import RunDir, RunState, write_atomic
+from ..config import NimbusConfig
+from .processes import proc_info
+
+log = structlog.get_logger(__name__)
+
+#: Driver states after which the process exits by itself and should not be relaunched.
+FINAL_STATES = frozenset({"stopped", "finished"})
+
+
+@dataclass
+class Run:
+    """What the launcher knows of one topology's application (``launch.json``)."""
+
+    topology_id: str
+    dir: RunDir
+    #: Held by launch, stop, rebalance, resume and the monitor, for as long as they
+    #: take (a stop waits for the processes).
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    #: Held briefly while fields change together, so that status() (which never
+    #: takes ``lock``) reads them consistently.
+    fields_lock: threading.RLock = field(default_factory=threading.RLock)
+    pid: int = 0                       # the JVM (spark-submit execs); 0: never started
+    start_ticks: int = 0
+    popen: subprocess.Popen[bytes] | None = None    # None when adopted
+    ui_port: int = 0
+    command: list[str] = field(default_factory=list)
+    launched_at: float = 0.0
+    num_workers: int = 1
+    cores: int = 1                     # cores it may use (nodes' used slots)
+    spouts: tuple[str, ...] = ()
+    exit_code: int | None = None
+    died_at: float | None = None       # when the launcher noticed the JVM was gone
+    restarts: int = 0                  # relaunches after failures, in a row
+    next_restart_at: float | None = None
+    last_failure: str = ""             # what the last relaunch recovered from
+    stopped: bool = False              # stop() finished: never relaunched
+    pending_relaunch: bool = False     # a rebalance stopped it and has not relaunched
+    launch_error: str = ""
+    errors: list[tuple[str, str, int]] = field(default_factory=list)
+    class_archive: str = ""            # the class archive this launch maps
+    class_list: str = ""               # the list of classes this launch writes
+    status_key: tuple[int, int, int] | None = None
+    status_cache: RunState | None = None
+
+    def record(self) -> dict[str, Any]:
+        return {"pid": self.pid, "pgid": self.pid, "sid": self.pid,
+                "start_ticks": self.start_ticks, "ui_port": self.ui_port,
+                "command": self.command, "launched_at": self.launched_at,
+                "num_workers": self.num_workers, "cores": self.cores,
+                "spouts": list(self.spouts), "exit_code": self.exit_code,
+                "died_at": self.died_at, "restarts": self.restarts,
+                "last_failure": self.last_failure, "stopped": self.stopped,
+                "pending_relaunch": self.pending_relaunch,
+                "errors": [list(e) for e in self.errors],
+                "class_archive": self.class_archive,
+                "class_list": self.class_list}
+
+    def load(self, raw: dict[str, Any]) -> None:
+        self.pid = int(raw.get("pid") or 0)
+        self.start_ticks = int(raw.get("start_ticks") or 0)
+        self.ui_port = int(raw.get("ui_port") or 0)
+        self.command = [str(c) for c in raw.get("command") or []]
+        self.launched_at = float(raw.get("launched_at") or 0.0)
+        self.num_workers = int(raw.get("num_workers") or 1)
+        self.cores = int(raw.get("cores") or 1)
+        self.spouts = tuple(raw.get("spouts") or ())
+        self.exit_code = raw.get("exit_code")
+        self.died_at = raw.get("died_at")
+        self.restarts = int(raw.get("restarts") or 0)
+        self.last_failure = str(raw.get("last_failure") or "")
+        self.stopped = bool(raw.get("stopped"))
+        self.pending_relaunch = bool(raw.get("pending_relaunch"))
+        self.errors = [(str(c), str(m), int(w)) for c, m, w in raw.get("errors") or []]
+        self.class_archive = str(raw.get("class_archive") or "")
+        self.class_list = str(raw.get("class_list") or "")
+
+
+    @classmethod
+    def read(cls, topology_id: str, root: Path) -> "Run":
+        """The record in ``root/launch.json`` (an empty one if there is none)."""
+        run = cls(topology_id, RunDir(root))
+        try:
+            run.load(json.loads(run.dir.launch.read_text()))
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, TypeError) as exc:
+            log.warning("spark_launch_record_unreadable", topology=topology_id,
+                        error=str(exc))
+        return run
+
+    def save(self) -> None:
+        if self.dir.root.is_dir():
+            write_atomic(self.dir.launch, json.dumps(self.record(), indent=1))
+
+    def alive(self) -> bool:
+        """True while the JVM (the recorded pid with the recorded start time) lives."""
+        if not self.pid:
+            return False
+        if self.popen is not None:
+            code = self.popen.poll()
+            if code is not None:
+                self.exit_code = code
+                return False
+            return True
+        info = proc_info(self.pid)
+        return info is not None and info.live and info.start_ticks == self.start_ticks
+
+    def status_file(self) -> RunState | None:
+        """The driver's last ``status.json``, read again only when the file changed."""
+        try:
+            st = os.stat(self.dir.status)
+        except OSError:
+            self.status_key = None
+            self.status_cache = None
+            return None
+        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if key != self.status_key:
+            self.status_cache = self.dir.read_status()
+            self.status_key = key
+        return self.status_cache
+
+    def restartable(self, last: RunState | None, config: NimbusConfig) -> bool:
+        """Whether the monitor relaunches this application, gone with ``last`` its
+        final status (``restart_failed`` and ``max_restarts`` of ``config``)."""
+        return (config.restart_failed and not self.stopped
+                and self.restarts < config.max_restarts
+                and (last is None or last.state not in FINAL_STATES)
+                and self.dir.control_state() != "stop")

@@ -1,0 +1,218 @@
+"""What the launcher reports of a topology
+(:class:`~nimbus_thrift.nimbus.launcher.RunStatus`): its state and the ``detail``
+sentence, read from :class:`.records.Run` and the driver's last ``status.json``, with
+the lines of its stderr worth quoting when its application failed.
+
+The state is read, each time it is asked, from whether the JVM is alive and the last
+``status.json``::
+
+    JVM    status.json says      -> state     detail (TopologyInfo.sched_status)
+    alive  nothing yet              starting  "starting: waiting for the Spark application"
+    alive  starting                 starting  "starting: Spark application ... is up, ..."
+    alive  running/paused/stopping  the same  "running: batch 12, 3.4k tuples/s, Spark UI"
+    alive  failed                   failed    "failed: <the driver's error> (exiting ...)"
+    gone   stopped                  stopped   "stopped: ... (exit code 0)"
+    gone   finished                 finished  "finished: the bounded run completed ..."
+    gone   failed                   failed    "failed: <error> (exit code 1; see <stderr>)"
+    gone   anything else, nothing   failed    "failed: ... without a final status: <last
+                                               stderr line> (exit code 1; see <stderr>)"
+
+The detail always starts with the state word and a colon: ``submit --wait`` reads it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Callable
+
+from ...runner.rundir import RunState
+from ..config import NimbusConfig
+from ..launcher import ComponentStats, RunStatus
+from .processes import exit_text
+from .records import Run
+from .submit import LOCAL_HOST
+
+#: stderr is searched for its last meaningful line in this many bytes of its end.
+STDERR_TAIL_BYTES = 64 << 10
+#: Starts the line the launcher writes to stderr before each launch.
+BANNER = "--- nimbus-thrift "
+#: Errors kept per topology for getTopologyInfo (Storm keeps 10 per component).
+MAX_ERRORS = 10
+#: Pseudo-component of errors that belong to the application, not to one component.
+SPARK_COMPONENT = "__spark"
+
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*"
+                             r"(?:Error|Exception|Exit|Interrupt|Failure)\b")
+_LOG_NOISE = re.compile(r"^\d\d[/-]\d\d[/-]\d\d.* (?:INFO|DEBUG|TRACE) |"
+                        r"^\s*at |^\s*\.\.\. \d+ more|^WARNING: ")
+
+
+def last_stderr_line(path: Path) -> str:
+    """The last line of ``path`` worth showing: an exception line if there is one near
+    the end, else the last line that is not INFO logging or a stack frame."""
+    lines = [line.rstrip() for line in launch_stderr(path) if line.strip()]
+    for line in reversed(lines[-200:]):
+        if _EXCEPTION_LINE.match(line.strip()):
+            return shorten(line.strip())
+    for line in reversed(lines):
+        if not _LOG_NOISE.match(line):
+            return shorten(line.strip())
+    return ""
+
+
+def launch_stderr(path: Path) -> list[str]:
+    """The lines of ``path`` (a topology's stderr) the last launch wrote, as far as
+    they are in its last :data:`STDERR_TAIL_BYTES`."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - STDERR_TAIL_BYTES))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index].startswith(BANNER):
+            return lines[index + 1:]               # this launch's output only
+    return lines
+
+
+def shorten(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def rate(value: float) -> str:
+    for unit, scale in (("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.1f}{unit}"
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
+
+
+def run_status(run: Run, alive: bool, last: RunState | None, config: NimbusConfig,
+               clock: Callable[[], float]) -> RunStatus:
+    """The status of a started application: ``alive`` whether its JVM lives, ``last``
+    its driver's last ``status.json``."""
+    ui = (last.ui_url if last is not None and last.ui_url else "") or \
+        (f"http://{LOCAL_HOST}:{run.ui_port}" if run.ui_port else "")
+    components = {cid: ComponentStats(emitted=f.emitted, processed=f.processed,
+                                      rate=f.rate, latency_ms=f.latency_ms)
+                  for cid, f in (last.components if last is not None else {}).items()}
+    if alive:
+        state, detail = alive_detail(run, last, ui, config, clock)
+    else:
+        state, detail = gone_detail(run, last, config, clock)
+    errors = list(run.errors)
+    if alive and last is not None and last.state == "failed" and last.error:
+        errors.append((last.error_component or SPARK_COMPONENT, last.error,
+                       int(last.updated_at)))
+    started = last.started_at if last is not None and last.started_at else \
+        run.launched_at
+    return RunStatus(state=state, detail=detail, started_at=started, host=LOCAL_HOST,
+                     port=run.ui_port, ui_url=ui if alive else "",
+                     components=components, errors=tuple(errors[-MAX_ERRORS:]))
+
+
+def alive_detail(run: Run, last: RunState | None, ui: str, config: NimbusConfig,
+                 clock: Callable[[], float]) -> tuple[str, str]:
+    """``(state, detail)`` of an application whose JVM lives."""
+    ui_text = f", Spark UI {ui}" if ui else ""
+    suffix = ""
+    if run.last_failure:
+        failure = shorten(run.last_failure, 500)
+        suffix = (f"; relaunched from the checkpoint after a failure ({run.restarts} of "
+                  f"{config.max_restarts}): {failure}" if run.restarts else
+                  f"; relaunched from the checkpoint after: {failure}")
+    control = run.dir.control_state()
+    if last is None:
+        if control == "stop":
+            return "stopping", f"stopping: asked to stop (pid {run.pid})"
+        # No clock in it: a detail that changes only with the state reads well in
+        # ``submit --wait``, which prints each new one.
+        return "starting", (f"starting: waiting for the Spark application (pid "
+                            f"{run.pid}){suffix}")
+    state = last.state
+    if state == "starting":
+        app = f" {last.app_id}" if last.app_id else ""
+        return "starting", (f"starting: Spark application{app} is up, waiting for "
+                            f"the first batch{ui_text}{suffix}")
+    if state in ("running", "paused"):
+        batch = f"batch {last.batch_id}" if last.batch_id >= 0 else "no batch yet"
+        if state == "running":
+            return "running", (f"running: {batch}, {rate(tuple_rate(run, last))}"
+                               f" tuples/s{ui_text}{suffix}")
+        return "paused", (f"paused: spouts stopped, {batch}{ui_text}{suffix}")
+    if state == "stopping":
+        return "stopping", f"stopping: the Spark application is stopping (pid {run.pid})"
+    if state == "failed":
+        error = error_text(last)
+        return "failed", f"failed: {error} (the application is exiting; see " \
+                         f"{run.dir.logs / 'stderr'})"
+    if state == "finished":
+        return gone_detail(run, last, config, clock)
+    if state == "stopped":
+        return "stopped", f"stopped: the Spark application stopped (pid {run.pid} exiting)"
+    return state or "unknown", f"{state or 'unknown'}: pid {run.pid}{ui_text}"
+
+
+def gone_detail(run: Run, last: RunState | None, config: NimbusConfig,
+                clock: Callable[[], float]) -> tuple[str, str]:
+    """``(state, detail)`` of an application whose JVM is gone."""
+    if last is not None and last.state == "finished":
+        batch = f" after batch {last.batch_id}" if last.batch_id >= 0 else ""
+        return "finished", f"finished: the bounded run completed{batch}"
+    if last is not None and last.state == "stopped":
+        return "stopped", (f"stopped: the Spark application stopped "
+                           f"({exit_text(run.exit_code)})")
+    if run.stopped:
+        return "stopped", (f"stopped: the Spark application was stopped "
+                           f"({exit_text(run.exit_code)})")
+    if run.pending_relaunch:
+        if run.launch_error:
+            return "failed", f"failed: could not relaunch: {run.launch_error}"
+        return "stopped", "stopped: being relaunched with the new parallelism"
+    detail = "failed: " + failure_text(run, last)
+    if run.restartable(last, config):
+        when = ""
+        if run.next_restart_at is not None:
+            when = f" in {max(0, math.ceil(run.next_restart_at - clock()))} s"
+        detail += (f"; relaunching from the checkpoint{when} (restart "
+                   f"{run.restarts + 1} of {config.max_restarts})")
+    elif config.restart_failed and run.restarts >= config.max_restarts \
+            and run.restarts:
+        detail += (f"; gave up after {run.restarts} restarts (deactivate and "
+                   "activate the topology to try again)")
+    return "failed", detail
+
+
+def failure_text(run: Run, last: RunState | None) -> str:
+    """Why an application is gone: its driver's error, or the last line of its
+    stderr when it exited without a final status; with the exit code."""
+    stderr = run.dir.logs / "stderr"
+    where = f"{exit_text(run.exit_code)}; see {stderr}"
+    if last is not None and last.state == "failed":
+        return f"{error_text(last)} ({where})"
+    line = last_stderr_line(stderr)
+    said = f" ({last.state})" if last is not None else ""
+    what = f": {line}" if line else ""
+    return f"the Spark application exited without a final status{said}{what} ({where})"
+
+
+def error_text(last: RunState) -> str:
+    error = shorten(last.error or "the driver reported a failure", 500)
+    if last.error_component and last.error_component not in error:
+        error = f"component {last.error_component!r}: {error}"
+    return error
+
+
+def tuple_rate(run: Run, last: RunState) -> float:
+    """Tuples per second entering the topology (its spouts' rate), else the
+    busiest component's."""
+    spouts = [f.rate for cid, f in last.components.items() if cid in run.spouts]
+    if spouts:
+        return sum(spouts)
+    return max([f.rate for f in last.components.values()] or [0.0])
+

@@ -1,0 +1,162 @@
+"""What starting one application takes: the topology's code extracted into its work
+directory, its log files, a free port for its UI, and the spark-submit command line
+and environment it runs with.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+import shutil
+import socket
+import stat
+import sys
+import zipfile
+from pathlib import Path, PurePosixPath
+from typing import IO, Any, Mapping, Sequence
+
+from ...runner.spec import RunSpec
+from ..launcher import LauncherError
+from .archive import DEFAULT_JAVA_OPTIONS, driver_java_options, java_tokens
+
+#: The driver program spark-submit runs (written by the runner; imports PySpark).
+SPARK_MAIN = Path(__file__).resolve().parents[2] / "runner" / "spark_main.py"
+#: The directory holding the ``nimbus_thrift`` package: on the driver's PYTHONPATH, so
+#: the runner imports the same code as the daemon even from a source checkout.
+PACKAGE_ROOT = Path(__file__).resolve().parents[3]
+#: Loopback only: the driver, its UI and (in local mode) the executors.
+LOCAL_HOST = "127.0.0.1"
+#: stdout and stderr are renamed to ``*.1`` at a launch once they grow past this.
+LOG_ROTATE_BYTES = 50 << 20
+#: Confs the launcher must own: it reads the UI port back to report it.
+RESERVED_CONFS = frozenset({"spark.ui.port"})
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (Spark tries the next ones if it is taken)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOCAL_HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def extract_code(zip_path: Path, dest: Path) -> None:
+    """Extract ``zip_path`` into ``dest`` (replaced whole), refusing escaping members.
+
+    The zip was checked at submit; this checks again, since it is cheap and the work
+    directory is where a mistake would write.
+
+    Raises:
+        LauncherError: an unreadable zip or a member that would land outside ``dest``.
+    """
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    root = tmp.resolve()
+    try:
+        with zipfile.ZipFile(zip_path) as zf:
+            for info in zf.infolist():
+                name = info.filename
+                parts = PurePosixPath(name).parts
+                target = (root / name).resolve()
+                if (not name or name.startswith("/") or "\\" in name or "\x00" in name
+                        or ".." in parts or bool(parts and ":" in parts[0])
+                        or (target != root and root not in target.parents)
+                        or stat.S_ISLNK(info.external_attr >> 16)):
+                    raise LauncherError(f"zip member {name!r} of {zip_path} would be "
+                                        "extracted outside the code directory")
+            zf.extractall(root)
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise LauncherError(f"cannot extract the topology code {zip_path}: {exc}") from None
+    except LauncherError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+
+
+def log_file(path: Path) -> IO[bytes]:
+    """``path`` (a topology's stdout or stderr) opened to append to, renamed to ``*.1``
+    first once it grew past :data:`LOG_ROTATE_BYTES`."""
+    try:
+        if path.stat().st_size > LOG_ROTATE_BYTES:
+            os.replace(path, path.with_name(path.name + ".1"))
+    except FileNotFoundError:
+        pass
+    return open(path, "ab")
+
+
+def submit_command(submit: Sequence[str], master: str, run_spec: RunSpec, work_dir: Path,
+                   ui_port: int, num_workers: int, *,
+                   archive: Sequence[str] = ()) -> list[str]:
+    """The spark-submit command line of one topology: ``submit`` (the spark-submit to
+    run) on ``master``.
+
+    Topology configuration keys starting with ``spark.`` are passed as ``--conf``
+    (they override the launcher's, except ``spark.ui.port``). On a ``spark://``
+    master the application takes as many cores as its most parallel component
+    (``spark.cores.max``), in ``topology.workers`` executors, unless the topology
+    sets those confs itself. The driver JVM's options (:func:`driver_java_options`,
+    with the class archive's ``archive``) are ``spark.driver.defaultJavaOptions``.
+    """
+    confs: dict[str, str] = {
+        "spark.ui.port": str(ui_port),
+        "spark.driver.host": LOCAL_HOST,
+        "spark.driver.bindAddress": LOCAL_HOST,
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.streaming.metricsEnabled": "true",
+    }
+    user = user_confs(run_spec)
+    java_options = driver_java_options(java_tokens(user), archive)
+    if java_options:
+        confs[DEFAULT_JAVA_OPTIONS] = shlex.join(java_options)
+    if master.startswith("spark://"):
+        cores_max = user.get("spark.cores.max") or str(
+            max([c.parallelism for c in run_spec.components.values()] or [1]))
+        confs["spark.cores.max"] = cores_max
+        if "spark.executor.cores" not in user and cores_max.isdigit():
+            workers = max(1, num_workers)
+            confs["spark.executor.cores"] = str(max(1, math.ceil(int(cores_max)
+                                                                 / workers)))
+    confs.update(user)
+    args = [*submit, "--master", master,
+            "--name", f"topology-{run_spec.name}"]
+    for key, value in confs.items():
+        args += ["--conf", f"{key}={value}"]
+    return [*args, "--py-files", str(work_dir / "code.zip"), str(SPARK_MAIN),
+            "--workdir", str(work_dir)]
+
+
+def user_confs(run_spec: RunSpec | Mapping[str, Any]) -> dict[str, str]:
+    """The topology's ``spark.*`` settings the launcher passes on (from its spec or
+    its configuration)."""
+    conf = run_spec.conf if isinstance(run_spec, RunSpec) else run_spec
+    return {k: v for k, v in ((k, _conf_value(v)) for k, v in conf.items()
+                              if isinstance(k, str) and k.startswith("spark."))
+            if v is not None and k not in RESERVED_CONFS}
+
+
+def _conf_value(value: Any) -> str | None:
+    if value is None or isinstance(value, (dict, list)):
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def environment(work_dir: Path, home: Path | None) -> dict[str, str]:
+    """The application's environment: this Python for the driver and workers, ``home``
+    as SPARK_HOME (the mirror of PySpark's), loopback, and the topology's code on
+    PYTHONPATH (the driver-side Python data source runner does not see ``--py-files``)."""
+    env = dict(os.environ)
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    env["SPARK_LOCAL_IP"] = LOCAL_HOST
+    if home is not None:
+        env["SPARK_HOME"] = str(home)
+    path = [str(work_dir / "code"), str(PACKAGE_ROOT)]
+    if env.get("PYTHONPATH"):
+        path.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    return env
