@@ -36,7 +36,7 @@ def bind_args(service: Any, method: str, args: tuple[Any, ...],
         TypeError: too many, unknown, repeated or missing arguments.
     """
     if method not in service.thrift_services:
-        raise AttributeError(f"the Nimbus service has no method {method!r}")
+        raise AttributeError(f"the {service.__name__} service has no method {method!r}")
     args_cls = getattr(service, method + "_args")
     # thrift_spec keeps the IDL's declaration order (thriftpy2 builds it in order).
     names = [entry[1] for entry in args_cls.thrift_spec.values()]
