@@ -8,7 +8,8 @@ Layers, each importing only those below it::
 
     server      Server (start, stop, metrics) and make_server
     selector    the selector thread: accept, read, hand off, write, close
-    workers     the worker pool that runs handlers     wakeup  eventfd wake-ups
+    completion  a worker's side of a call: run it, send the reply, queue the outcome
+    workers     the worker pool that runs handlers     wakeup  wakes the selector
     dispatch    decode a request, call the handler, encode the reply
     connection  the per-connection framing state table
     memory      the server-wide read-buffer budget      metrics  counters

@@ -30,10 +30,12 @@ from .errors import BadVersionError, DecodeError
 _Protocol: Any
 _Buffer: Any
 try:  # The Cython writer is ~5x faster; the pure-Python one keeps PyPy working.
-    from thriftpy2.protocol import cybin as _cybin
-    from thriftpy2.transport import memory as _memory
-    _Protocol = _cybin.TCyBinaryProtocol  # type: ignore[attr-defined]
-    _Buffer = _memory.TCyMemoryBuffer
+    # From the compiled modules themselves (Any to mypy: no stubs); the packages
+    # re-export their classes implicitly, which strict mypy does not follow.
+    from thriftpy2.protocol.cybin import cybin as _cybin
+    from thriftpy2.transport.memory import cymemory as _cymemory
+    _Protocol = _cybin.TCyBinaryProtocol
+    _Buffer = _cymemory.TCyMemoryBuffer
 except ImportError:  # pragma: no cover - exercised only without the C extension
     from thriftpy2.protocol import binary as _pybinary
     from thriftpy2.transport import memory as _memory
@@ -42,7 +44,7 @@ except ImportError:  # pragma: no cover - exercised only without the C extension
 try:  # The C fast paths of the decoder and encoder (_wire.c); this module keeps every error.
     from . import _wire
 except ImportError:  # pragma: no cover - exercised only without the C extension
-    _wire = None  # type: ignore[assignment]
+    _wire = None  # type: ignore[assignment]  # None: the C module is not built
 
 CALL, REPLY, EXCEPTION, ONEWAY = 1, 2, 3, 4
 
@@ -225,7 +227,7 @@ def skip(buf: Any, pos: int, end: int, ttype: int, depth: int = 0) -> int:
         return pos + size
     if ttype == TType.STRING:
         _need(pos, 4, end, "skipped string length")
-        n = _I32.unpack_from(buf, pos)[0]
+        n: int = _I32.unpack_from(buf, pos)[0]
         _need(pos + 4, n, end, "skipped string")
         return pos + 4 + n
     _check_depth(depth)
@@ -368,6 +370,7 @@ def _struct_reader(cls: type) -> Reader:
         pass
     fields: dict[tuple[int, int], tuple[str, Reader]] = {}
     pending: list[tuple[int, int, str, Any]] = []
+    # attr-defined: thrift_spec is set on the classes thriftpy2 generates.
     for fid, entry in cls.thrift_spec.items():  # type: ignore[attr-defined]
         ttype, name = entry[0], entry[1]
         spec = entry[2] if len(entry) > 3 else None
@@ -441,13 +444,13 @@ _C_KINDS = {TType.BOOL: 0, TType.BYTE: 1, TType.I16: 2, TType.I32: 3, TType.I64:
             TType.LIST: 9, TType.SET: 10, TType.MAP: 11}
 
 
-def c_plan(cls: type, _plans: dict[type, Any] | None = None) -> list[Any] | None:
+def c_plan(cls: type, _plans: dict[type, list[Any]] | None = None) -> list[Any] | None:
     """The plan _wire.c decodes and encodes ``cls`` with (its layout is described
     there), or None without the C module or for a spec it does not know (then Python
     decodes and thriftpy2 encodes)."""
     if _wire is None:
         return None
-    plans: dict[type, Any] = {} if _plans is None else _plans
+    plans: dict[type, list[Any]] = {} if _plans is None else _plans
     if cls in plans:
         return plans[cls]                        # recursive structs share one plan
     fields: dict[int, tuple[str, int, Any]] = {}
@@ -456,6 +459,7 @@ def c_plan(cls: type, _plans: dict[type, Any] | None = None) -> list[Any] | None
     plans[cls] = plan
     try:
         # thrift_spec's order is the order thriftpy2's writer puts fields on the wire.
+        # attr-defined: thrift_spec is set on the classes thriftpy2 generates.
         for fid, entry in cls.thrift_spec.items():  # type: ignore[attr-defined]
             ttype, name = entry[0], entry[1]
             kind, sub = _c_element(ttype, entry[2] if len(entry) > 3 else None, plans)
@@ -469,7 +473,7 @@ def c_plan(cls: type, _plans: dict[type, Any] | None = None) -> list[Any] | None
     return plan
 
 
-def _c_element(ttype: int, spec: Any, plans: dict[type, Any]) -> tuple[int, Any]:
+def _c_element(ttype: int, spec: Any, plans: dict[type, list[Any]]) -> tuple[int, Any]:
     kind = _C_KINDS[ttype]
     if ttype == TType.STRUCT:
         sub = c_plan(spec, plans)
@@ -540,7 +544,7 @@ def encode_framed_message(name: str, mtype: int, seqid: int, payload: Any) -> by
     # no plan without the C module.)
     plan = _encode_plan(payload.__class__)
     if plan is not None:
-        framed = _c_encode_message(name, mtype, seqid, payload, plan)
+        framed: bytes | None = _c_encode_message(name, mtype, seqid, payload, plan)
         if framed is not None:
             return framed
     body = _encode_thriftpy2(name, mtype, seqid, payload)
@@ -557,7 +561,7 @@ def encode_message(name: str, mtype: int, seqid: int, payload: Any) -> bytes:
     """
     plan = _encode_plan(payload.__class__)
     if plan is not None:
-        body = _c_encode_message(name, mtype, seqid, payload, plan, False)
+        body: bytes | None = _c_encode_message(name, mtype, seqid, payload, plan, False)
         if body is not None:
             return body
     return _encode_thriftpy2(name, mtype, seqid, payload)
@@ -578,7 +582,8 @@ def _encode_thriftpy2(name: str, mtype: int, seqid: int, payload: Any) -> bytes:
     try:
         proto.write_message_begin(name, mtype, seqid)
         proto.write_struct(payload)
-        return buf.getvalue()
+        value: bytes = buf.getvalue()
+        return value
     finally:
         buf.clean()
 

@@ -30,10 +30,14 @@ from __future__ import annotations
 
 import enum
 import struct
+from typing import TYPE_CHECKING
 
 from .binary import read_message_header
 from .errors import FrameSizeError, NotThriftError, RpcError
 from .memory import MemoryBudget
+
+if TYPE_CHECKING:
+    import socket
 
 Buffer = bytes | bytearray | memoryview
 
@@ -174,7 +178,7 @@ class Connection:
         self.frame_started = 0.0       # when the current frame's first byte arrived
         # Fields the I/O shell owns; kept here so one object describes a connection.
         self.fd = -1
-        self.sock: object = None
+        self.sock: socket.socket | None = None
         self.io: object = None         # what fastio's calls take: the fd, or the socket
         self.out: list[Buffer] = []
         self.out_size = 0

@@ -73,6 +73,7 @@ def _methods_of(service: ModuleType | type, handler: object, label: str
                 ) -> dict[str, Method]:
     methods = {}
     missing = []
+    # union-attr: thrift_services is set on the services thriftpy2 generates.
     for name in service.thrift_services:  # type: ignore[union-attr]
         args_cls = getattr(service, name + "_args")
         result_cls = getattr(service, name + "_result")

@@ -19,7 +19,7 @@ from typing import Any
 try:
     from . import _fastio
 except ImportError:  # pragma: no cover - exercised only where the C module is absent
-    _fastio = None  # type: ignore[assignment]
+    _fastio = None  # type: ignore[assignment]  # None: the C module is not built
 
 ACCELERATED = _fastio is not None
 

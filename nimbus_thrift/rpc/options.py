@@ -89,4 +89,5 @@ class ServerOptions:
         if unknown:
             raise OptionError(f"unknown server option(s) {', '.join(unknown)}; "
                               f"known options are {', '.join(sorted(known))}.")
+        # arg-type: the names are checked above, and each value by __post_init__.
         return cls(**kwargs)  # type: ignore[arg-type]

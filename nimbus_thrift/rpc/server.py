@@ -1,72 +1,29 @@
-"""The I/O shell: one selector thread that accepts, reads and writes every connection,
-and a worker pool that runs handlers.
+"""The public server: :class:`Server` (bind, start, stop, serve_forever, metrics) and
+:func:`make_server`.
 
-    clients ──► [selector thread] ──tasks──► [worker pool: decode, call, encode]
-                 epoll, framing,   ◄─done──  (results queued, selector woken
-                 accounting, writes           through a socketpair only if asleep)
-
-Only the selector thread touches sockets, the read-buffer budget and the counters.
-Each pass it handles every ready socket, submits the pass's complete frames to the pool
-in one go, then writes up to ``_MAX_COMPLETIONS_PER_PASS`` finished replies, so neither
-side can starve the other.
-
-Read interest is withdrawn lazily: a connection whose request is being processed keeps
-its registration until the kernel reports data for it (a pipelined frame, or EOF), and
-only then is it unregistered. Closed-loop clients therefore cost no epoll_ctl calls per
-request; a pipelining client costs one.
+A half-sync/half-async design: one selector thread does all socket I/O (selector.py)
+and a worker pool runs handlers (workers.py); a worker writes the reply it produced and
+queues the outcome back to the selector (completion.py). This module only builds them,
+runs the selector on its thread and stops it.
 """
 
 from __future__ import annotations
 
-import errno
-import select
 import socket
 import threading
 import time
-from collections import deque
 from types import ModuleType
 from typing import Any
 
 import structlog
 
-from . import binary
-from .connection import SCRATCH_SIZE, Connection, Event, State
-from .dispatch import Dispatcher, Reply, Status
-from .errors import AppErrorCode, FrameSizeError, NotThriftError, OverloadedError
-from .fastio import ACCELERATED, poll, recv_into, send, sendmsg
+from .dispatch import Dispatcher, Status
 from .memory import MemoryBudget
 from .metrics import MetricsSnapshot, ServerState
 from .options import OptionError, ServerOptions
-from .wakeup import Wakeup
-from .workers import STALL_SECS, WorkerPool
+from .selector import Selector
 
 log = structlog.get_logger(__name__)
-
-_EPOLLIN = select.EPOLLIN
-_EPOLLOUT = select.EPOLLOUT
-_EPOLL_FAIL = select.EPOLLHUP | select.EPOLLERR
-
-# Module-level names for the hot path (a global lookup instead of two attribute ones).
-_READING_HEADER = State.READING_HEADER
-_READING_FRAME = State.READING_FRAME
-_CLOSED = State.CLOSED
-_FRAME_COMPLETE = Event.FRAME_COMPLETE
-_FAILED = Status.FAILED
-_CLOSE = Status.CLOSE
-
-#: Replies written per selector pass before the loop polls sockets again.
-_MAX_COMPLETIONS_PER_PASS = 1024
-#: Connections accepted per pass, so a connection storm cannot stall existing clients.
-_MAX_ACCEPTS_PER_PASS = 64
-#: Events taken from epoll per pass.
-_MAX_EVENTS = 1024
-#: Buffers handed to one sendmsg() call (well under IOV_MAX).
-_IOV_BATCH = 64
-#: After an error reply, how long to keep reading (and discarding) before closing, so
-#: the kernel does not answer unread request bytes with a RST that destroys the reply.
-_LINGER_SECONDS = 2.0
-#: How long the listener rests after the process runs out of file descriptors.
-_EMFILE_PAUSE = 0.1
 
 
 class Server:
@@ -81,16 +38,9 @@ class Server:
         self._listener: socket.socket | None = None
         self._state = ServerState()
         self._budget = MemoryBudget(options.max_read_buffer_bytes)
-        self._pool: WorkerPool | None = None
-        self._wakeup: Wakeup | None = None
-        #: (connection, unsent buffers, status, whether a reply was produced), queued by
-        #: workers and booked by the selector.
-        self._done: deque[tuple[Connection, Any, Status, bool]] = deque()
-        self._finish_lock = threading.Lock()
-        self._finished = False
+        #: The selector (and through it the workers and their way back), made on bind.
+        self._selector: Selector | None = None
         self._thread: threading.Thread | None = None
-        self._stop_requested = False
-        self._stop_deadline = 0.0
         self._stopped = threading.Event()
         self._lock = threading.Lock()
         self.address: tuple[str, int] | None = None
@@ -107,11 +57,8 @@ class Server:
                                             reuse_port=False)
             listener.setblocking(False)
             self._listener = listener
-            self._wakeup = Wakeup()
-            # Watched: the selector checks for stalled handlers (see workers.py).
-            self._pool = WorkerPool(self.options.worker_threads,
-                                    self.options.worker_queue_size, self._run_task,
-                                    watched=True)
+            self._selector = Selector(listener, self.dispatcher, self.options,
+                                      self._budget, self._state)
             addr = listener.getsockname()
             self.address = (addr[0], addr[1])
             log.info("listening", host=addr[0], port=addr[1],
@@ -142,12 +89,13 @@ class Server:
 
         Safe to call from any thread, from a signal handler, and more than once.
         """
-        if self._wakeup is None:
+        selector = self._selector
+        if selector is None:
             return
-        if not self._stop_requested:
-            self._stop_deadline = time.monotonic() + max(0.0, grace)
-            self._stop_requested = True
-        self._wakeup.force()
+        if not selector.stop_requested:
+            selector.stop_deadline = time.monotonic() + max(0.0, grace)
+            selector.stop_requested = True
+        selector.wakeup.force()
         if threading.current_thread() is self._thread or self._thread is None:
             return  # serve_forever's caller (or a signal handler in its thread) returns
         self._stopped.wait(max(0.0, grace) + 5.0)
@@ -162,10 +110,10 @@ class Server:
     def metrics(self) -> MetricsSnapshot:
         """A snapshot of the counters (safe from any thread)."""
         st = self._state
-        pool = self._pool
+        selector = self._selector
         # Outcomes workers queued but the selector has not booked yet (it is woken only
         # when it has work to do) count as completed already.
-        pending = list(self._done)
+        pending = list(selector.done) if selector is not None else []
         completed = st.requests_completed + len(pending)
         failed = st.requests_failed + sum(1 for item in pending if item[2] >= Status.FAILED)
         return MetricsSnapshot(
@@ -181,662 +129,21 @@ class Server:
             requests_completed=completed,
             requests_failed=failed,
             requests_overloaded=st.requests_overloaded,
-            queue_depth=pool.depth if pool is not None else 0,
+            queue_depth=selector.pool.depth if selector is not None else 0,
             timeouts=st.timeouts,
         )
 
-    # ----------------------------------------------------------------- worker side
-
-    def _run_task(self, task: tuple[Any, ...]) -> None:
-        """Decode, call, encode -- and write the reply from this worker thread.
-
-        Why the worker writes (the one place a thread other than the selector touches a
-        socket): handing the reply back costs a socketpair write, an epoll wake-up and a
-        GIL hand-off to the selector per batch, and delays every reply until the
-        selector runs. Writing here sends it at once; the selector only books the
-        outcome on its next pass, woken only when it has something to do (the reply did
-        not fit the socket buffer, pipelined bytes wait, frames wait for memory, the
-        server is stopping, or the connection must close). This is safe because while a
-        connection is PROCESSING the selector neither writes to nor closes its socket
-        (closing is deferred, see :meth:`_close`; :meth:`_finish` coordinates through
-        ``_finish_lock``). Measured with scripts/bench.sh, see the README.
-        """
-        conn, frame = task
-        try:
-            reply, status = self.dispatcher.dispatch(frame, conn.peer)
-        except BaseException:  # noqa: BLE001 - a bug must not strand the connection
-            log.exception("dispatch_crashed", peer=conn.peer, effect="connection closed")
-            reply, status = None, Status.CLOSE
-        unsent: Any = None
-        if reply is not None and status is not Status.CLOSE:
-            unsent = _send_now(conn.io, reply)
-        with self._finish_lock:
-            if self._finished:
-                conn.sock.close()  # the selector is gone; nobody else will
-                return
-            self._done.append((conn, unsent, status, reply is not None))
-        # Wake the selector only if it must act now. `interest is None`: it already saw
-        # the client's next bytes (or EOF) and stopped polling the socket until this
-        # outcome is booked. Each check is made after the append, and the selector
-        # checks `_done` after saying it sleeps, so no wake-up is lost.
-        if unsent or conn.interest is None or conn.leftover or status is Status.CLOSE \
-                or self._budget.parked or self._stop_requested:
-            assert self._wakeup is not None
-            self._wakeup.wake()
-
-    # ----------------------------------------------------------------- selector
+    # ----------------------------------------------------------------- selector thread
 
     def _serve(self) -> None:
         try:
-            self._loop()
+            assert self._selector is not None  # _bind made it
+            self._selector.run()
         except BaseException:
             log.exception("selector_crashed")
             raise
         finally:
             self._stopped.set()
-
-    def _loop(self) -> None:  # noqa: C901 - the hot path is kept in one frame on purpose
-        opts = self.options
-        listener = self._listener
-        wakeup = self._wakeup
-        pool = self._pool
-        assert listener is not None and wakeup is not None and pool is not None
-        ep = select.epoll()
-        self._ep = ep
-        listen_fd = listener.fileno()
-        wake_fd = wakeup.fileno()
-        ep.register(listen_fd, _EPOLLIN)
-        ep.register(wake_fd, _EPOLLIN)
-        self._conns: dict[int, Connection] = {}
-        conns = self._conns
-        scratch = bytearray(4 + SCRATCH_SIZE)
-        self._scratch = memoryview(scratch)
-        done = self._done
-        budget = self._budget
-        timeouts = [t for t in (opts.idle_timeout, opts.frame_read_timeout,
-                                opts.write_timeout) if t]
-        sweep_every = min([0.5] + [t / 4 for t in timeouts])
-        next_sweep = time.monotonic() + sweep_every
-        self._lingering = 0
-        self._listener_paused_until = 0.0
-        draining = False
-        batch: list[tuple[Connection, Any]] = []
-        now = time.monotonic()
-        while True:
-            # Sleep only when nothing is queued for us; workers then wake us (once).
-            wakeup.sleeping = True
-            # With no timers to run, nothing but an event or a worker's wake-up can give
-            # the loop work, so it sleeps without a timeout (and a lost wake-up would
-            # show as a hang in the tests, not as a hidden 0.5 s stall).
-            if done or batch:
-                timeout = 0.0
-            elif draining:
-                timeout = min(0.1, max(0.0, self._stop_deadline - time.monotonic()))
-            elif (conns and timeouts) or self._lingering or self._listener_paused_until:
-                timeout = max(0.0, next_sweep - time.monotonic())
-            else:
-                timeout = -1
-            if pool.depth and pool.sleeping and not 0 <= timeout <= STALL_SECS:
-                # The pool is watched (see workers.py): look again soon, while there is
-                # a worker to wake if the running ones have stalled.
-                timeout = STALL_SECS
-            # The wake-up for the tasks submitted last pass goes out inside poll, after
-            # the GIL is released (see workers.py).
-            events = poll(ep, timeout, _MAX_EVENTS, pool.claim_wake(now))
-            wakeup.sleeping = False
-            now = time.monotonic()
-
-            # Outcomes back from the workers first, so a client's next request (often in
-            # this very batch of events) finds its connection reading again.
-            if done:
-                self._complete(done, now, batch)
-
-            for fd, mask in events:
-                conn = conns.get(fd)
-                if conn is not None:
-                    st = conn.state
-                    if st is _READING_HEADER or st is _READING_FRAME:
-                        self._read(conn, now, batch)    # the common event, one call less
-                    else:
-                        self._on_event(conn, mask, now, batch)
-                elif fd == listen_fd:
-                    self._accept(listener, now)
-                elif fd == wake_fd:
-                    wakeup.drain()
-
-            if budget.parked:  # O(1) unless the head of the queue now fits
-                self._admit_parked(now)
-
-            if batch:
-                self._submit(batch, now)
-
-            if now >= next_sweep:
-                next_sweep = now + sweep_every
-                self._sweep(now)
-
-            if self._stop_requested:
-                if not draining:
-                    draining = True
-                    self._begin_drain()
-                if not conns or now >= self._stop_deadline:
-                    break
-        self._finish(ep)
-
-    def _complete(self, done: deque[Any], now: float,
-                  batch: list[tuple[Connection, Any]]) -> None:
-        """Book the outcomes workers queued: release frames, move connections on."""
-        state = self._state
-        stopping = self._stop_requested
-        for _ in range(min(len(done), _MAX_COMPLETIONS_PER_PASS)):
-            conn, unsent, status, replied = done.popleft()
-            state.requests_completed += 1
-            if status >= _FAILED:
-                state.requests_failed += 1
-            if conn.state is _CLOSED:
-                continue  # closed at stop
-            if replied and not unsent and status is not _CLOSE and not conn.peer_gone \
-                    and not conn.closing and not stopping:
-                # The common case: the worker wrote the whole reply. What _reply_sent
-                # does, in one step.
-                conn.answered()
-                conn.last_activity = now
-                if conn.leftover or conn.interest != _EPOLLIN:
-                    self._resume_reading(conn, now, batch)
-                continue
-            conn.request_done()
-            if status is Status.CLOSE or unsent is _WRITE_FAILED or \
-                    (conn.peer_gone and not unsent):
-                self._really_close(conn, "write failed" if unsent is _WRITE_FAILED else None)
-                continue
-            if not replied:
-                conn.advance(Event.NO_REPLY)
-                self._resume_reading(conn, now, batch)
-                continue
-            conn.advance(Event.REPLY_READY)
-            if unsent:
-                conn.out = unsent
-                conn.write_started = now
-                self._set_interest(conn, _EPOLLOUT)
-            else:
-                self._reply_sent(conn, now, batch)
-
-    # ----------------------------------------------------------------- accept
-
-    def _accept(self, listener: socket.socket, now: float) -> None:
-        state = self._state
-        opts = self.options
-        for _ in range(_MAX_ACCEPTS_PER_PASS):
-            try:
-                sock, addr = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    # Out of descriptors: the backlog stays readable, so pause the listener
-                    # instead of spinning on it.
-                    log.error("accept_failed", error=str(exc),
-                              effect=f"not accepting for {_EMFILE_PAUSE}s")
-                    self._ep.unregister(listener.fileno())
-                    self._listener_paused_until = now + _EMFILE_PAUSE
-                    return
-                log.warning("accept_failed", error=str(exc))
-                return
-            peer = _peer_name(addr)
-            if state.connections_open >= opts.max_connections:
-                state.connections_refused += 1
-                log.warning("connection_refused", peer=peer,
-                            reason=f"max_connections ({opts.max_connections}) reached")
-                sock.close()
-                continue
-            sock.setblocking(False)
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass  # not TCP (a Unix socket in tests); nothing to tune
-            conn = Connection(peer, self._budget, opts.max_frame_size, now)
-            conn.sock = sock
-            conn.fd = sock.fileno()
-            # fastio's C calls take the descriptor (no fileno() call per recv and send).
-            conn.io = conn.fd if ACCELERATED else sock
-            conn.interest = _EPOLLIN
-            self._ep.register(conn.fd, _EPOLLIN)
-            self._conns[conn.fd] = conn
-            state.connections_open += 1
-            state.connections_accepted += 1
-            log.debug("connection_opened", peer=peer)
-
-    # ----------------------------------------------------------------- events
-
-    def _on_event(self, conn: Connection, mask: int, now: float,
-                  batch: list[tuple[Connection, Any]]) -> None:
-        st = conn.state
-        if st is State.READING_HEADER or st is State.READING_FRAME:
-            self._read(conn, now, batch)
-        elif st is State.WRITING or (st is State.LINGERING and conn.out):
-            if mask & _EPOLL_FAIL and not mask & _EPOLLOUT:
-                self._close(conn, "connection failed while writing the reply")
-            else:
-                self._flush(conn, now, batch)
-        elif st is State.LINGERING:
-            self._discard(conn, now)
-        else:
-            # PROCESSING or AWAITING_MEMORY: we are not reading. The kernel told us about
-            # a pipelined frame or an EOF; stop listening until we want to read again.
-            if mask & _EPOLL_FAIL:
-                conn.peer_gone = True
-            self._set_interest(conn, 0)
-
-    def _read(self, conn: Connection, now: float,
-              batch: list[tuple[Connection, Any]]) -> None:
-        try:
-            if conn.state is _READING_HEADER:
-                n = recv_into(conn.io, self._scratch, conn.header_read_limit())
-                if n == 0:
-                    self._eof(conn)
-                    return
-                conn.last_activity = now
-                if not conn.hdr:
-                    conn.frame_started = now
-                event = conn.received(self._scratch[:n])
-                if event is _FRAME_COMPLETE:
-                    batch.append((conn, conn.frame))
-                    return
-                if event is Event.FRAME_ADMITTED:
-                    if not self._fill(conn):
-                        return
-                    event = Event.FRAME_COMPLETE
-                if event is not None:
-                    self._after_header(conn, event, now, batch)
-            else:
-                if self._fill(conn):
-                    self._after_header(conn, Event.FRAME_COMPLETE, now, batch)
-                else:
-                    conn.last_activity = now
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            self._close(conn, f"read failed: {exc}")
-
-    def _fill(self, conn: Connection) -> bool:
-        """Read into the frame buffer until it is complete (True) or the socket is dry.
-        Raises OSError on a connection error; closes on EOF (returns False)."""
-        while conn.state is State.READING_FRAME:
-            try:
-                n = recv_into(conn.io, conn.frame_view())
-            except (BlockingIOError, InterruptedError):
-                return False
-            if n == 0:
-                self._eof(conn)
-                return False
-            if conn.frame_bytes_received(n):
-                return True
-        return False
-
-    def _after_header(self, conn: Connection, event: Event, now: float,
-                      batch: list[tuple[Connection, Any]]) -> None:
-        if event is Event.FRAME_COMPLETE:
-            batch.append((conn, conn.frame))
-        elif event is Event.FRAME_PARKED:
-            # Not polled while parked: a level-triggered socket with data would spin.
-            self._set_interest(conn, 0)
-            log.debug("frame_parked", peer=conn.peer, size=conn.size,
-                      reserved=self._budget.reserved, budget=self._budget.capacity)
-        elif event is Event.REFUSED:
-            self._refuse(conn, now)
-
-    def _eof(self, conn: Connection) -> None:
-        if conn.mid_frame:
-            self._close(conn, f"client closed the connection mid-frame "
-                              f"({conn.pos} of {conn.size} bytes received)")
-        else:
-            self._close(conn)
-
-    def _refuse(self, conn: Connection, now: float) -> None:
-        """A frame length we will not accept: log it, tell the client if it can read
-        a Thrift reply, then linger-close."""
-        error = conn.refusal
-        self._state.frames_refused += 1
-        reply = None
-        if isinstance(error, FrameSizeError):
-            name, seqid = conn.refused_call
-            log.warning("frame_refused", peer=conn.peer, size=error.size, limit=error.limit,
-                        limit_name=error.what, method=name or None, seqid=seqid,
-                        effect="TApplicationException, then close")
-            reply = binary.encode_framed_application_exception(
-                name, seqid, str(error), AppErrorCode.PROTOCOL_ERROR)
-        elif isinstance(error, NotThriftError):
-            log.warning("not_framed_thrift", peer=conn.peer, detected=error.kind,
-                        first_bytes=error.first_bytes.hex(), effect="connection closed")
-        if reply is None:
-            self._close(conn)
-            return
-        conn.closing = True
-        self._queue_output(conn, reply, now)
-        if not conn.out and conn.state is State.LINGERING:
-            self._start_linger(conn, now)
-
-    # ----------------------------------------------------------------- submit
-
-    def _submit(self, batch: list[tuple[Connection, Any]], now: float) -> None:
-        pool = self._pool
-        assert pool is not None
-        tasks = batch[:]
-        batch.clear()  # overload replies may complete pipelined frames: next pass's batch
-        room = pool.room()
-        state = self._state
-        if len(tasks) <= room:
-            state.requests_submitted += len(tasks)
-            pool.submit_many(tasks, wake=False)   # woken by the next poll
-            return
-        if room > 0:
-            state.requests_submitted += room
-            pool.submit_many(tasks[:room], wake=False)
-        for conn, frame in tasks[max(room, 0):]:
-            self._overloaded(conn, frame, now, batch)
-
-    def _overloaded(self, conn: Connection, frame: Any, now: float,
-                    batch: list[tuple[Connection, Any]]) -> None:
-        pool = self._pool
-        assert pool is not None
-        self._state.requests_overloaded += 1
-        error = OverloadedError(pool.depth, pool.queue_size)
-        reply = self.dispatcher.overload_reply(frame, str(error))
-        log.warning("overloaded", peer=conn.peer, queue_depth=pool.depth,
-                    queue_size=pool.queue_size,
-                    effect="TApplicationException" if reply else "oneway dropped")
-        conn.request_done()
-        conn.advance(Event.OVERLOADED)
-        if reply is None:
-            conn.advance(Event.REPLY_SENT)
-            self._resume_reading(conn, now, batch)
-        else:
-            self._write(conn, reply, now, batch)
-
-    # ----------------------------------------------------------------- writing
-
-    def _write(self, conn: Connection, payload: Reply, now: float,
-               batch: list[tuple[Connection, Any]]) -> None:
-        self._queue_output(conn, payload, now)
-        if not conn.out and conn.state is not State.CLOSED:
-            self._reply_sent(conn, now, batch)
-
-    def _queue_output(self, conn: Connection, payload: Reply, now: float) -> None:
-        """Try to send a framed payload at once; keep what the socket did not take."""
-        unsent = _send_now(conn.io, payload)
-        if unsent is _WRITE_FAILED:
-            conn.closing = True
-            self._close(conn, "write failed: the client is gone")
-        elif unsent:
-            conn.out = unsent
-            conn.write_started = now
-            self._set_interest(conn, _EPOLLOUT)
-
-    def _flush(self, conn: Connection, now: float,
-               batch: list[tuple[Connection, Any]]) -> None:
-        try:
-            while conn.out:
-                sent = sendmsg(conn.io, conn.out[:_IOV_BATCH])
-                conn.out = _unsent(conn.out, sent)
-                if conn.out:
-                    return
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            self._close(conn, f"write failed: {exc}")
-            return
-        if conn.state is State.LINGERING:
-            self._start_linger(conn, now)
-        else:
-            self._reply_sent(conn, now, batch)
-
-    def _reply_sent(self, conn: Connection, now: float,
-                    batch: list[tuple[Connection, Any]]) -> None:
-        if conn.closing:
-            if conn.state is State.LINGERING:
-                self._start_linger(conn, now)
-            else:
-                self._close(conn)
-            return
-        conn.advance(Event.REPLY_SENT)
-        conn.last_activity = now
-        if self._stop_requested:
-            self._close(conn)
-            return
-        self._resume_reading(conn, now, batch)
-
-    def _resume_reading(self, conn: Connection, now: float,
-                        batch: list[tuple[Connection, Any]]) -> None:
-        """Back in READING_HEADER: first any bytes already read past the last frame."""
-        conn.last_activity = now
-        if conn.leftover:
-            data, conn.leftover = conn.leftover, b""
-            conn.frame_started = now
-            event = conn.received(data, reserved=True)
-            if event is Event.FRAME_COMPLETE or event is Event.FRAME_PARKED or \
-                    event is Event.REFUSED:
-                self._after_header(conn, event, now, batch)
-                return
-        if conn.interest != _EPOLLIN:
-            self._set_interest(conn, _EPOLLIN)
-
-    # ----------------------------------------------------------------- memory
-
-    def _admit_parked(self, now: float) -> None:
-        """Grant memory to parked frames in arrival order and start reading them."""
-        admitted = self._budget.admit()
-        if not admitted:
-            return
-        log.debug("frames_admitted", count=len(admitted), still_parked=self._budget.parked)
-        for conn in admitted:
-            assert isinstance(conn, Connection)
-            conn.frame_started = now  # waiting for memory was our doing, not theirs
-            self._set_interest(conn, _EPOLLIN)
-
-    # ----------------------------------------------------------------- closing
-
-    def _start_linger(self, conn: Connection, now: float) -> None:
-        sock: socket.socket = conn.sock  # type: ignore[assignment]
-        try:
-            sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            self._close(conn)
-            return
-        conn.linger_until = now + _LINGER_SECONDS
-        self._lingering += 1
-        self._set_interest(conn, _EPOLLIN)
-
-    def _discard(self, conn: Connection, now: float) -> None:
-        try:
-            while True:
-                n = recv_into(conn.io, self._scratch)
-                if n == 0:
-                    self._close(conn)
-                    return
-        except (BlockingIOError, InterruptedError):
-            if now >= conn.linger_until:
-                self._close(conn)
-        except OSError:
-            self._close(conn)
-
-    def _close(self, conn: Connection, reason: str | None = None) -> None:
-        if conn.state is State.CLOSED:
-            return
-        if conn.state is State.PROCESSING:
-            # A worker still holds the frame: release when its outcome comes back.
-            conn.peer_gone = True
-            self._set_interest(conn, 0)
-            if reason:
-                log.info("client_gone_mid_call", peer=conn.peer, reason=reason)
-            return
-        self._really_close(conn, reason)
-
-    def _really_close(self, conn: Connection, reason: str | None = None,
-                      keep_socket: bool = False) -> None:
-        """Forget the connection and release its memory. ``keep_socket``: a worker is
-        still running its request and will close the socket when it is done."""
-        if reason:
-            log.info("connection_closed", peer=conn.peer, state=conn.state.name,
-                     reason=reason)
-        else:
-            log.debug("connection_closed", peer=conn.peer)
-        if conn.linger_until:
-            self._lingering -= 1
-            conn.linger_until = 0.0
-        self._set_interest(conn, None)
-        self._conns.pop(conn.fd, None)
-        conn.close()
-        conn.out = []
-        try:
-            if keep_socket:
-                conn.sock.shutdown(socket.SHUT_RDWR)  # type: ignore[attr-defined]
-            else:
-                conn.sock.close()  # type: ignore[attr-defined]
-        except OSError:
-            pass
-        self._state.connections_open -= 1
-
-    def _set_interest(self, conn: Connection, mask: int | None) -> None:
-        """Register, modify or unregister; 0 means unregistered too (an unregistered fd
-        cannot report the HUP/ERR that a registered one reports even with no interest)."""
-        if mask == 0:
-            mask = None
-        if conn.interest == mask:
-            return
-        try:
-            if mask is None:
-                self._ep.unregister(conn.fd)
-            elif conn.interest is None:
-                self._ep.register(conn.fd, mask)
-            else:
-                self._ep.modify(conn.fd, mask)
-        except (OSError, ValueError):
-            pass  # the descriptor is already gone; closing will follow
-        conn.interest = mask
-
-    # ----------------------------------------------------------------- timers
-
-    def _sweep(self, now: float) -> None:
-        opts = self.options
-        if self._listener_paused_until and now >= self._listener_paused_until \
-                and self._listener is not None and not self._stop_requested:
-            self._listener_paused_until = 0.0
-            self._ep.register(self._listener.fileno(), _EPOLLIN)
-        for conn in list(self._conns.values()):
-            st = conn.state
-            reason = None
-            if st is State.READING_HEADER and not conn.hdr:
-                if opts.idle_timeout and now - conn.last_activity > opts.idle_timeout:
-                    reason = f"idle for more than {opts.idle_timeout:g}s"
-            elif st is State.READING_HEADER or st is State.READING_FRAME:
-                if opts.frame_read_timeout and now - conn.frame_started > opts.frame_read_timeout:
-                    reason = (f"frame not received within {opts.frame_read_timeout:g}s "
-                              f"({conn.pos} of {conn.size or '?'} bytes)")
-            elif st is State.WRITING:
-                if opts.write_timeout and now - conn.write_started > opts.write_timeout:
-                    reason = (f"reply not taken by the client within {opts.write_timeout:g}s")
-            elif st is State.LINGERING:
-                if now >= conn.linger_until and conn.linger_until:
-                    self._close(conn)
-                elif conn.out and opts.write_timeout and \
-                        now - conn.write_started > opts.write_timeout:
-                    self._close(conn, "error reply not taken by the client")
-            if reason is not None:
-                self._state.timeouts += 1
-                self._close(conn, reason)
-
-    # ----------------------------------------------------------------- stopping
-
-    def _begin_drain(self) -> None:
-        """Stop accepting; close connections with no request in flight."""
-        listener = self._listener
-        if listener is not None:
-            try:
-                self._ep.unregister(listener.fileno())
-            except (OSError, ValueError):
-                pass
-            listener.close()
-        in_flight = 0
-        for conn in list(self._conns.values()):
-            if conn.state in (State.PROCESSING, State.WRITING):
-                in_flight += 1
-            else:
-                self._close(conn)
-        log.info("stopping", in_flight=in_flight,
-                 grace_s=round(max(0.0, self._stop_deadline - time.monotonic()), 3))
-
-    def _finish(self, ep: select.epoll) -> None:
-        pool = self._pool
-        assert pool is not None
-        # Requests no worker has started are dropped (their connections close below):
-        # a handler must not start after the server has stopped.
-        not_started = {id(task[0]) for task in pool.discard_queued()}
-        with self._finish_lock:
-            self._finished = True
-            # Outcomes that came back too late: count them, then close below.
-            while self._done:
-                conn, _, status, _ = self._done.popleft()
-                self._state.requests_completed += 1
-                if status >= Status.FAILED:
-                    self._state.requests_failed += 1
-            leftover = list(self._conns.values())
-            for conn in leftover:
-                # PROCESSING with a worker on it: the worker closes the socket when done.
-                busy = conn.state in (State.PROCESSING, State.WRITING)
-                processing = conn.state is State.PROCESSING and id(conn) not in not_started
-                self._really_close(conn, "server stopped before the reply was written"
-                                   if busy else None, keep_socket=processing)
-        stuck = pool.stop(timeout=max(0.0, self._stop_deadline - time.monotonic()) + 0.5)
-        ep.close()
-        assert self._wakeup is not None
-        self._wakeup.close()
-        log.info("stopped", abandoned_connections=len(leftover), stuck_workers=stuck,
-                 bytes_reserved=self._budget.reserved)
-
-
-#: Marks an outcome whose reply could not be written (the peer is gone). Truthy, so a
-#: worker holding it wakes the selector.
-_WRITE_FAILED: list[Any] = [b"write failed"]
-
-
-def _send_now(io: Any, reply: Reply) -> list[Any]:
-    """Send the frame ``reply`` (see :data:`~nimbus_thrift.rpc.dispatch.Reply`) on a
-    nonblocking socket without waiting: return what the socket did not take ([] when
-    all went), or :data:`_WRITE_FAILED`."""
-    if isinstance(reply, list):
-        try:
-            sent = sendmsg(io, reply)
-        except (BlockingIOError, InterruptedError):
-            return reply
-        except OSError:
-            return _WRITE_FAILED
-        return _unsent(reply, sent)
-    try:
-        sent = send(io, reply)
-    except (BlockingIOError, InterruptedError):
-        return [reply]
-    except OSError:
-        return _WRITE_FAILED
-    return [] if sent == len(reply) else [memoryview(reply)[sent:]]
-
-
-def _unsent(buffers: list[Any], sent: int) -> list[Any]:
-    """What is left of ``buffers`` after the first ``sent`` bytes went out."""
-    rest: list[Any] = []
-    for buf in buffers:
-        size = len(buf)
-        if sent >= size:
-            sent -= size
-            continue
-        rest.append(memoryview(buf)[sent:])
-        sent = 0
-    return rest
-
-
-def _peer_name(addr: Any) -> str:
-    if isinstance(addr, tuple) and len(addr) >= 2:
-        host = addr[0]
-        return f"[{host}]:{addr[1]}" if ":" in host else f"{host}:{addr[1]}"
-    return str(addr) or "unix"
 
 
 def make_server(service: ModuleType | Any, handler: object, host: str = "127.0.0.1",

@@ -1,0 +1,123 @@
+"""The way back from the workers: what a worker does with a request it took from the
+pool (decode, call, encode, write the reply) and the queue of outcomes it leaves for
+the selector thread to book, with the wake-up that tells the selector to look.
+
+:class:`Completion` holds the state both sides touch, and
+:class:`~nimbus_thrift.rpc.selector.Selector` extends it: the selector and the workers
+reach that state as attributes of one object, as they did when both were methods of
+the server, so the split costs neither side's per-call path an attribute hop (a
+separate object would add one to every reply, on both sides).
+
+Also :func:`send_now`, how a reply is written without waiting, by a worker or by the
+selector. Imported by selector.py.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any
+
+import structlog
+
+from .connection import Connection
+from .dispatch import Dispatcher, Reply, Status
+from .fastio import send, sendmsg
+from .memory import MemoryBudget
+from .wakeup import Wakeup
+
+log = structlog.get_logger(__name__)
+
+
+class Completion:
+    """The worker side of a request, and the outcome queue it shares with the selector.
+
+    Workers write :attr:`done` (and read the flags); the selector books and clears it.
+    """
+
+    def __init__(self, dispatcher: Dispatcher, budget: MemoryBudget) -> None:
+        self.dispatcher = dispatcher
+        self._budget = budget
+        self.wakeup = Wakeup()
+        #: (connection, unsent buffers, status, whether a reply was produced), queued by
+        #: workers and booked by the selector.
+        self.done: deque[tuple[Connection, Any, Status, bool]] = deque()
+        self._finish_lock = threading.Lock()
+        self._finished = False
+        #: Set by Server.stop (from any thread); read by the workers and the selector.
+        self.stop_requested = False
+
+    def run_task(self, task: tuple[Any, ...]) -> None:
+        """Decode, call, encode -- and write the reply from this worker thread.
+
+        Why the worker writes (the one place a thread other than the selector touches a
+        socket): handing the reply back costs a socketpair write, an epoll wake-up and a
+        GIL hand-off to the selector per batch, and delays every reply until the
+        selector runs. Writing here sends it at once; the selector only books the
+        outcome on its next pass, woken only when it has something to do (the reply did
+        not fit the socket buffer, pipelined bytes wait, frames wait for memory, the
+        server is stopping, or the connection must close). This is safe because while a
+        connection is PROCESSING the selector neither writes to nor closes its socket
+        (closing is deferred, see ``Selector._close``; ``Selector._finish`` coordinates
+        through ``_finish_lock``). Measured with scripts/bench.sh, see the README.
+        """
+        conn, frame = task
+        try:
+            reply, status = self.dispatcher.dispatch(frame, conn.peer)
+        except BaseException:  # noqa: BLE001 - a bug must not strand the connection
+            log.exception("dispatch_crashed", peer=conn.peer, effect="connection closed")
+            reply, status = None, Status.CLOSE
+        unsent: Any = None
+        if reply is not None and status is not Status.CLOSE:
+            unsent = send_now(conn.io, reply)
+        with self._finish_lock:
+            if self._finished:
+                conn.sock.close()  # the selector is gone; nobody else will
+                return
+            self.done.append((conn, unsent, status, reply is not None))
+        # Wake the selector only if it must act now. `interest is None`: it already saw
+        # the client's next bytes (or EOF) and stopped polling the socket until this
+        # outcome is booked. Each check is made after the append, and the selector
+        # checks `done` after saying it sleeps, so no wake-up is lost.
+        if unsent or conn.interest is None or conn.leftover or status is Status.CLOSE \
+                or self._budget.parked or self.stop_requested:
+            self.wakeup.wake()
+
+
+#: Marks an outcome whose reply could not be written (the peer is gone). Truthy, so a
+#: worker holding it wakes the selector.
+WRITE_FAILED: list[Any] = [b"write failed"]
+
+
+def send_now(io: Any, reply: Reply) -> list[Any]:
+    """Send the frame ``reply`` (see :data:`~nimbus_thrift.rpc.dispatch.Reply`) on a
+    nonblocking socket without waiting: return what the socket did not take ([] when
+    all went), or :data:`WRITE_FAILED`."""
+    if isinstance(reply, list):
+        try:
+            sent = sendmsg(io, reply)
+        except (BlockingIOError, InterruptedError):
+            return reply
+        except OSError:
+            return WRITE_FAILED
+        return unsent_part(reply, sent)
+    try:
+        sent = send(io, reply)
+    except (BlockingIOError, InterruptedError):
+        return [reply]
+    except OSError:
+        return WRITE_FAILED
+    return [] if sent == len(reply) else [memoryview(reply)[sent:]]
+
+
+def unsent_part(buffers: list[Any], sent: int) -> list[Any]:
+    """What is left of ``buffers`` after the first ``sent`` bytes went out."""
+    rest: list[Any] = []
+    for buf in buffers:
+        size = len(buf)
+        if sent >= size:
+            sent -= size
+            continue
+        rest.append(memoryview(buf)[sent:])
+        sent = 0
+    return rest

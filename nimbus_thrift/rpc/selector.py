@@ -1,0 +1,655 @@
+"""The selector thread: one thread that accepts, reads and writes every connection,
+and hands complete frames to the worker pool that runs handlers.
+
+    clients ──► [selector thread] ──tasks──► [worker pool: decode, call, encode]
+                 epoll, framing,   ◄─done──  (results queued, selector woken
+                 accounting, writes           through a socketpair only if asleep)
+
+Only the selector thread touches sockets, the read-buffer budget and the counters
+(workers write a finished reply themselves, see completion.py).
+Each pass it handles every ready socket, submits the pass's complete frames to the pool
+in one go, then writes up to ``_MAX_COMPLETIONS_PER_PASS`` finished replies, so neither
+side can starve the other.
+
+Read interest is withdrawn lazily: a connection whose request is being processed keeps
+its registration until the kernel reports data for it (a pipelined frame, or EOF), and
+only then is it unregistered. Closed-loop clients therefore cost no epoll_ctl calls per
+request; a pipelining client costs one.
+
+One class, not one per job (accepting, reading, writing, closing, timers): these call
+each other on every path (a read completes a frame or refuses it and writes an error
+reply, a write resumes reading or closes), and as methods of one object they reach the
+shared state in one attribute hop, as the hot path needs. Owned by server.py's Server.
+"""
+
+from __future__ import annotations
+
+import errno
+import select
+import socket
+import time
+from collections import deque
+from typing import Any
+
+import structlog
+
+from . import binary
+from .completion import WRITE_FAILED, Completion, send_now, unsent_part
+from .connection import SCRATCH_SIZE, Connection, Event, State
+from .dispatch import Dispatcher, Reply, Status
+from .errors import AppErrorCode, FrameSizeError, NotThriftError, OverloadedError
+from .fastio import ACCELERATED, poll, recv_into, sendmsg
+from .memory import MemoryBudget
+from .metrics import ServerState
+from .options import ServerOptions
+from .workers import STALL_SECS, WorkerPool
+
+log = structlog.get_logger(__name__)
+
+_EPOLLIN = select.EPOLLIN
+_EPOLLOUT = select.EPOLLOUT
+_EPOLL_FAIL = select.EPOLLHUP | select.EPOLLERR
+
+# Module-level names for the hot path (a global lookup instead of two attribute ones).
+_READING_HEADER = State.READING_HEADER
+_READING_FRAME = State.READING_FRAME
+_CLOSED = State.CLOSED
+_FRAME_COMPLETE = Event.FRAME_COMPLETE
+_FAILED = Status.FAILED
+_CLOSE = Status.CLOSE
+
+#: Replies written per selector pass before the loop polls sockets again.
+_MAX_COMPLETIONS_PER_PASS = 1024
+#: Connections accepted per pass, so a connection storm cannot stall existing clients.
+_MAX_ACCEPTS_PER_PASS = 64
+#: Events taken from epoll per pass.
+_MAX_EVENTS = 1024
+#: Buffers handed to one sendmsg() call (well under IOV_MAX).
+_IOV_BATCH = 64
+#: After an error reply, how long to keep reading (and discarding) before closing, so
+#: the kernel does not answer unread request bytes with a RST that destroys the reply.
+_LINGER_SECONDS = 2.0
+#: How long the listener rests after the process runs out of file descriptors.
+_EMFILE_PAUSE = 0.1
+
+
+class Selector(Completion):
+    """The selector thread's loop and all it does to sockets. :class:`Completion` (its
+    base) is the workers' way back to it."""
+
+    def __init__(self, listener: socket.socket, dispatcher: Dispatcher,
+                 options: ServerOptions, budget: MemoryBudget, state: ServerState) -> None:
+        super().__init__(dispatcher, budget)
+        self.options = options
+        self._listener = listener
+        self._state = state
+        # Watched: the selector checks for stalled handlers (see workers.py).
+        self.pool = WorkerPool(options.worker_threads, options.worker_queue_size,
+                               self.run_task, watched=True)
+        #: When the grace period of a stop ends (set by Server.stop with stop_requested).
+        self.stop_deadline = 0.0
+
+    def run(self) -> None:  # noqa: C901 - the hot path is kept in one frame on purpose
+        opts = self.options
+        listener = self._listener
+        wakeup = self.wakeup
+        pool = self.pool
+        ep = select.epoll()
+        self._ep = ep
+        listen_fd = listener.fileno()
+        wake_fd = wakeup.fileno()
+        ep.register(listen_fd, _EPOLLIN)
+        ep.register(wake_fd, _EPOLLIN)
+        self._conns: dict[int, Connection] = {}
+        conns = self._conns
+        scratch = bytearray(4 + SCRATCH_SIZE)
+        self._scratch = memoryview(scratch)
+        done = self.done
+        budget = self._budget
+        timeouts = [t for t in (opts.idle_timeout, opts.frame_read_timeout,
+                                opts.write_timeout) if t]
+        sweep_every = min([0.5] + [t / 4 for t in timeouts])
+        next_sweep = time.monotonic() + sweep_every
+        self._lingering = 0
+        self._listener_paused_until = 0.0
+        draining = False
+        batch: list[tuple[Connection, Any]] = []
+        now = time.monotonic()
+        while True:
+            # Sleep only when nothing is queued for us; workers then wake us (once).
+            wakeup.sleeping = True
+            # With no timers to run, nothing but an event or a worker's wake-up can give
+            # the loop work, so it sleeps without a timeout (and a lost wake-up would
+            # show as a hang in the tests, not as a hidden 0.5 s stall).
+            if done or batch:
+                timeout = 0.0
+            elif draining:
+                timeout = min(0.1, max(0.0, self.stop_deadline - time.monotonic()))
+            elif (conns and timeouts) or self._lingering or self._listener_paused_until:
+                timeout = max(0.0, next_sweep - time.monotonic())
+            else:
+                timeout = -1
+            if pool.depth and pool.sleeping and not 0 <= timeout <= STALL_SECS:
+                # The pool is watched (see workers.py): look again soon, while there is
+                # a worker to wake if the running ones have stalled.
+                timeout = STALL_SECS
+            # The wake-up for the tasks submitted last pass goes out inside poll, after
+            # the GIL is released (see workers.py).
+            events = poll(ep, timeout, _MAX_EVENTS, pool.claim_wake(now))
+            wakeup.sleeping = False
+            now = time.monotonic()
+
+            # Outcomes back from the workers first, so a client's next request (often in
+            # this very batch of events) finds its connection reading again.
+            if done:
+                self._complete(done, now, batch)
+
+            for fd, mask in events:
+                conn = conns.get(fd)
+                if conn is not None:
+                    st = conn.state
+                    if st is _READING_HEADER or st is _READING_FRAME:
+                        self._read(conn, now, batch)    # the common event, one call less
+                    else:
+                        self._on_event(conn, mask, now, batch)
+                elif fd == listen_fd:
+                    self._accept(listener, now)
+                elif fd == wake_fd:
+                    wakeup.drain()
+
+            if budget.parked:  # O(1) unless the head of the queue now fits
+                self._admit_parked(now)
+
+            if batch:
+                self._submit(batch, now)
+
+            if now >= next_sweep:
+                next_sweep = now + sweep_every
+                self._sweep(now)
+
+            if self.stop_requested:
+                if not draining:
+                    draining = True
+                    self._begin_drain()
+                if not conns or now >= self.stop_deadline:
+                    break
+        self._finish(ep)
+
+    def _complete(self, done: deque[Any], now: float,
+                  batch: list[tuple[Connection, Any]]) -> None:
+        """Book the outcomes workers queued: release frames, move connections on."""
+        state = self._state
+        stopping = self.stop_requested
+        for _ in range(min(len(done), _MAX_COMPLETIONS_PER_PASS)):
+            conn, unsent, status, replied = done.popleft()
+            state.requests_completed += 1
+            if status >= _FAILED:
+                state.requests_failed += 1
+            if conn.state is _CLOSED:
+                continue  # closed at stop
+            if replied and not unsent and status is not _CLOSE and not conn.peer_gone \
+                    and not conn.closing and not stopping:
+                # The common case: the worker wrote the whole reply. What _reply_sent
+                # does, in one step.
+                conn.answered()
+                conn.last_activity = now
+                if conn.leftover or conn.interest != _EPOLLIN:
+                    self._resume_reading(conn, now, batch)
+                continue
+            conn.request_done()
+            if status is Status.CLOSE or unsent is WRITE_FAILED or \
+                    (conn.peer_gone and not unsent):
+                self._really_close(conn, "write failed" if unsent is WRITE_FAILED else None)
+                continue
+            if not replied:
+                conn.advance(Event.NO_REPLY)
+                self._resume_reading(conn, now, batch)
+                continue
+            conn.advance(Event.REPLY_READY)
+            if unsent:
+                conn.out = unsent
+                conn.write_started = now
+                self._set_interest(conn, _EPOLLOUT)
+            else:
+                self._reply_sent(conn, now, batch)
+
+    # ----------------------------------------------------------------- accept
+
+    def _accept(self, listener: socket.socket, now: float) -> None:
+        state = self._state
+        opts = self.options
+        for _ in range(_MAX_ACCEPTS_PER_PASS):
+            try:
+                sock, addr = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # Out of descriptors: the backlog stays readable, so pause the listener
+                    # instead of spinning on it.
+                    log.error("accept_failed", error=str(exc),
+                              effect=f"not accepting for {_EMFILE_PAUSE}s")
+                    self._ep.unregister(listener.fileno())
+                    self._listener_paused_until = now + _EMFILE_PAUSE
+                    return
+                log.warning("accept_failed", error=str(exc))
+                return
+            peer = _peer_name(addr)
+            if state.connections_open >= opts.max_connections:
+                state.connections_refused += 1
+                log.warning("connection_refused", peer=peer,
+                            reason=f"max_connections ({opts.max_connections}) reached")
+                sock.close()
+                continue
+            sock.setblocking(False)
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass  # not TCP (a Unix socket in tests); nothing to tune
+            conn = Connection(peer, self._budget, opts.max_frame_size, now)
+            conn.sock = sock
+            conn.fd = sock.fileno()
+            # fastio's C calls take the descriptor (no fileno() call per recv and send).
+            conn.io = conn.fd if ACCELERATED else sock
+            conn.interest = _EPOLLIN
+            self._ep.register(conn.fd, _EPOLLIN)
+            self._conns[conn.fd] = conn
+            state.connections_open += 1
+            state.connections_accepted += 1
+            log.debug("connection_opened", peer=peer)
+
+    # ----------------------------------------------------------------- events
+
+    def _on_event(self, conn: Connection, mask: int, now: float,
+                  batch: list[tuple[Connection, Any]]) -> None:
+        st = conn.state
+        if st is State.READING_HEADER or st is State.READING_FRAME:
+            self._read(conn, now, batch)
+        elif st is State.WRITING or (st is State.LINGERING and conn.out):
+            if mask & _EPOLL_FAIL and not mask & _EPOLLOUT:
+                self._close(conn, "connection failed while writing the reply")
+            else:
+                self._flush(conn, now, batch)
+        elif st is State.LINGERING:
+            self._discard(conn, now)
+        else:
+            # PROCESSING or AWAITING_MEMORY: we are not reading. The kernel told us about
+            # a pipelined frame or an EOF; stop listening until we want to read again.
+            if mask & _EPOLL_FAIL:
+                conn.peer_gone = True
+            self._set_interest(conn, 0)
+
+    def _read(self, conn: Connection, now: float,
+              batch: list[tuple[Connection, Any]]) -> None:
+        try:
+            if conn.state is _READING_HEADER:
+                n = recv_into(conn.io, self._scratch, conn.header_read_limit())
+                if n == 0:
+                    self._eof(conn)
+                    return
+                conn.last_activity = now
+                if not conn.hdr:
+                    conn.frame_started = now
+                event = conn.received(self._scratch[:n])
+                if event is _FRAME_COMPLETE:
+                    batch.append((conn, conn.frame))
+                    return
+                if event is Event.FRAME_ADMITTED:
+                    if not self._fill(conn):
+                        return
+                    event = Event.FRAME_COMPLETE
+                if event is not None:
+                    self._after_header(conn, event, now, batch)
+            else:
+                if self._fill(conn):
+                    self._after_header(conn, Event.FRAME_COMPLETE, now, batch)
+                else:
+                    conn.last_activity = now
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._close(conn, f"read failed: {exc}")
+
+    def _fill(self, conn: Connection) -> bool:
+        """Read into the frame buffer until it is complete (True) or the socket is dry.
+        Raises OSError on a connection error; closes on EOF (returns False)."""
+        while conn.state is State.READING_FRAME:
+            try:
+                n = recv_into(conn.io, conn.frame_view())
+            except (BlockingIOError, InterruptedError):
+                return False
+            if n == 0:
+                self._eof(conn)
+                return False
+            if conn.frame_bytes_received(n):
+                return True
+        return False
+
+    def _after_header(self, conn: Connection, event: Event, now: float,
+                      batch: list[tuple[Connection, Any]]) -> None:
+        if event is Event.FRAME_COMPLETE:
+            batch.append((conn, conn.frame))
+        elif event is Event.FRAME_PARKED:
+            # Not polled while parked: a level-triggered socket with data would spin.
+            self._set_interest(conn, 0)
+            log.debug("frame_parked", peer=conn.peer, size=conn.size,
+                      reserved=self._budget.reserved, budget=self._budget.capacity)
+        elif event is Event.REFUSED:
+            self._refuse(conn, now)
+
+    def _eof(self, conn: Connection) -> None:
+        if conn.mid_frame:
+            self._close(conn, f"client closed the connection mid-frame "
+                              f"({conn.pos} of {conn.size} bytes received)")
+        else:
+            self._close(conn)
+
+    def _refuse(self, conn: Connection, now: float) -> None:
+        """A frame length we will not accept: log it, tell the client if it can read
+        a Thrift reply, then linger-close."""
+        error = conn.refusal
+        self._state.frames_refused += 1
+        reply = None
+        if isinstance(error, FrameSizeError):
+            name, seqid = conn.refused_call
+            log.warning("frame_refused", peer=conn.peer, size=error.size, limit=error.limit,
+                        limit_name=error.what, method=name or None, seqid=seqid,
+                        effect="TApplicationException, then close")
+            reply = binary.encode_framed_application_exception(
+                name, seqid, str(error), AppErrorCode.PROTOCOL_ERROR)
+        elif isinstance(error, NotThriftError):
+            log.warning("not_framed_thrift", peer=conn.peer, detected=error.kind,
+                        first_bytes=error.first_bytes.hex(), effect="connection closed")
+        if reply is None:
+            self._close(conn)
+            return
+        conn.closing = True
+        self._queue_output(conn, reply, now)
+        if not conn.out and conn.state is State.LINGERING:
+            self._start_linger(conn, now)
+
+    # ----------------------------------------------------------------- submit
+
+    def _submit(self, batch: list[tuple[Connection, Any]], now: float) -> None:
+        pool = self.pool
+        tasks = batch[:]
+        batch.clear()  # overload replies may complete pipelined frames: next pass's batch
+        room = pool.room()
+        state = self._state
+        if len(tasks) <= room:
+            state.requests_submitted += len(tasks)
+            pool.submit_many(tasks, wake=False)   # woken by the next poll
+            return
+        if room > 0:
+            state.requests_submitted += room
+            pool.submit_many(tasks[:room], wake=False)
+        for conn, frame in tasks[max(room, 0):]:
+            self._overloaded(conn, frame, now, batch)
+
+    def _overloaded(self, conn: Connection, frame: Any, now: float,
+                    batch: list[tuple[Connection, Any]]) -> None:
+        pool = self.pool
+        self._state.requests_overloaded += 1
+        error = OverloadedError(pool.depth, pool.queue_size)
+        reply = self.dispatcher.overload_reply(frame, str(error))
+        log.warning("overloaded", peer=conn.peer, queue_depth=pool.depth,
+                    queue_size=pool.queue_size,
+                    effect="TApplicationException" if reply else "oneway dropped")
+        conn.request_done()
+        conn.advance(Event.OVERLOADED)
+        if reply is None:
+            conn.advance(Event.REPLY_SENT)
+            self._resume_reading(conn, now, batch)
+        else:
+            self._write(conn, reply, now, batch)
+
+    # ----------------------------------------------------------------- writing
+
+    def _write(self, conn: Connection, payload: Reply, now: float,
+               batch: list[tuple[Connection, Any]]) -> None:
+        self._queue_output(conn, payload, now)
+        if not conn.out and conn.state is not State.CLOSED:
+            self._reply_sent(conn, now, batch)
+
+    def _queue_output(self, conn: Connection, payload: Reply, now: float) -> None:
+        """Try to send a framed payload at once; keep what the socket did not take."""
+        unsent = send_now(conn.io, payload)
+        if unsent is WRITE_FAILED:
+            conn.closing = True
+            self._close(conn, "write failed: the client is gone")
+        elif unsent:
+            conn.out = unsent
+            conn.write_started = now
+            self._set_interest(conn, _EPOLLOUT)
+
+    def _flush(self, conn: Connection, now: float,
+               batch: list[tuple[Connection, Any]]) -> None:
+        try:
+            while conn.out:
+                sent = sendmsg(conn.io, conn.out[:_IOV_BATCH])
+                conn.out = unsent_part(conn.out, sent)
+                if conn.out:
+                    return
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._close(conn, f"write failed: {exc}")
+            return
+        if conn.state is State.LINGERING:
+            self._start_linger(conn, now)
+        else:
+            self._reply_sent(conn, now, batch)
+
+    def _reply_sent(self, conn: Connection, now: float,
+                    batch: list[tuple[Connection, Any]]) -> None:
+        if conn.closing:
+            if conn.state is State.LINGERING:
+                self._start_linger(conn, now)
+            else:
+                self._close(conn)
+            return
+        conn.advance(Event.REPLY_SENT)
+        conn.last_activity = now
+        if self.stop_requested:
+            self._close(conn)
+            return
+        self._resume_reading(conn, now, batch)
+
+    def _resume_reading(self, conn: Connection, now: float,
+                        batch: list[tuple[Connection, Any]]) -> None:
+        """Back in READING_HEADER: first any bytes already read past the last frame."""
+        conn.last_activity = now
+        if conn.leftover:
+            data, conn.leftover = conn.leftover, b""
+            conn.frame_started = now
+            event = conn.received(data, reserved=True)
+            if event is Event.FRAME_COMPLETE or event is Event.FRAME_PARKED or \
+                    event is Event.REFUSED:
+                self._after_header(conn, event, now, batch)
+                return
+        if conn.interest != _EPOLLIN:
+            self._set_interest(conn, _EPOLLIN)
+
+    # ----------------------------------------------------------------- memory
+
+    def _admit_parked(self, now: float) -> None:
+        """Grant memory to parked frames in arrival order and start reading them."""
+        admitted = self._budget.admit()
+        if not admitted:
+            return
+        log.debug("frames_admitted", count=len(admitted), still_parked=self._budget.parked)
+        for conn in admitted:
+            assert isinstance(conn, Connection)
+            conn.frame_started = now  # waiting for memory was our doing, not theirs
+            self._set_interest(conn, _EPOLLIN)
+
+    # ----------------------------------------------------------------- closing
+
+    def _start_linger(self, conn: Connection, now: float) -> None:
+        sock = conn.sock
+        assert sock is not None  # set by _accept before the connection is registered
+        try:
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._close(conn)
+            return
+        conn.linger_until = now + _LINGER_SECONDS
+        self._lingering += 1
+        self._set_interest(conn, _EPOLLIN)
+
+    def _discard(self, conn: Connection, now: float) -> None:
+        try:
+            while True:
+                n = recv_into(conn.io, self._scratch)
+                if n == 0:
+                    self._close(conn)
+                    return
+        except (BlockingIOError, InterruptedError):
+            if now >= conn.linger_until:
+                self._close(conn)
+        except OSError:
+            self._close(conn)
+
+    def _close(self, conn: Connection, reason: str | None = None) -> None:
+        if conn.state is State.CLOSED:
+            return
+        if conn.state is State.PROCESSING:
+            # A worker still holds the frame: release when its outcome comes back.
+            conn.peer_gone = True
+            self._set_interest(conn, 0)
+            if reason:
+                log.info("client_gone_mid_call", peer=conn.peer, reason=reason)
+            return
+        self._really_close(conn, reason)
+
+    def _really_close(self, conn: Connection, reason: str | None = None,
+                      keep_socket: bool = False) -> None:
+        """Forget the connection and release its memory. ``keep_socket``: a worker is
+        still running its request and will close the socket when it is done."""
+        if reason:
+            log.info("connection_closed", peer=conn.peer, state=conn.state.name,
+                     reason=reason)
+        else:
+            log.debug("connection_closed", peer=conn.peer)
+        if conn.linger_until:
+            self._lingering -= 1
+            conn.linger_until = 0.0
+        self._set_interest(conn, None)
+        self._conns.pop(conn.fd, None)
+        conn.close()
+        conn.out = []
+        sock = conn.sock
+        assert sock is not None  # set by _accept before the connection is registered
+        try:
+            if keep_socket:
+                sock.shutdown(socket.SHUT_RDWR)
+            else:
+                sock.close()
+        except OSError:
+            pass
+        self._state.connections_open -= 1
+
+    def _set_interest(self, conn: Connection, mask: int | None) -> None:
+        """Register, modify or unregister; 0 means unregistered too (an unregistered fd
+        cannot report the HUP/ERR that a registered one reports even with no interest)."""
+        if mask == 0:
+            mask = None
+        if conn.interest == mask:
+            return
+        try:
+            if mask is None:
+                self._ep.unregister(conn.fd)
+            elif conn.interest is None:
+                self._ep.register(conn.fd, mask)
+            else:
+                self._ep.modify(conn.fd, mask)
+        except (OSError, ValueError):
+            pass  # the descriptor is already gone; closing will follow
+        conn.interest = mask
+
+    # ----------------------------------------------------------------- timers
+
+    def _sweep(self, now: float) -> None:
+        opts = self.options
+        if self._listener_paused_until and now >= self._listener_paused_until \
+                and self._listener is not None and not self.stop_requested:
+            self._listener_paused_until = 0.0
+            self._ep.register(self._listener.fileno(), _EPOLLIN)
+        for conn in list(self._conns.values()):
+            st = conn.state
+            reason = None
+            if st is State.READING_HEADER and not conn.hdr:
+                if opts.idle_timeout and now - conn.last_activity > opts.idle_timeout:
+                    reason = f"idle for more than {opts.idle_timeout:g}s"
+            elif st is State.READING_HEADER or st is State.READING_FRAME:
+                if opts.frame_read_timeout and now - conn.frame_started > opts.frame_read_timeout:
+                    reason = (f"frame not received within {opts.frame_read_timeout:g}s "
+                              f"({conn.pos} of {conn.size or '?'} bytes)")
+            elif st is State.WRITING:
+                if opts.write_timeout and now - conn.write_started > opts.write_timeout:
+                    reason = (f"reply not taken by the client within {opts.write_timeout:g}s")
+            elif st is State.LINGERING:
+                if now >= conn.linger_until and conn.linger_until:
+                    self._close(conn)
+                elif conn.out and opts.write_timeout and \
+                        now - conn.write_started > opts.write_timeout:
+                    self._close(conn, "error reply not taken by the client")
+            if reason is not None:
+                self._state.timeouts += 1
+                self._close(conn, reason)
+
+    # ----------------------------------------------------------------- stopping
+
+    def _begin_drain(self) -> None:
+        """Stop accepting; close connections with no request in flight."""
+        listener = self._listener
+        if listener is not None:
+            try:
+                self._ep.unregister(listener.fileno())
+            except (OSError, ValueError):
+                pass
+            listener.close()
+        in_flight = 0
+        for conn in list(self._conns.values()):
+            if conn.state in (State.PROCESSING, State.WRITING):
+                in_flight += 1
+            else:
+                self._close(conn)
+        log.info("stopping", in_flight=in_flight,
+                 grace_s=round(max(0.0, self.stop_deadline - time.monotonic()), 3))
+
+    def _finish(self, ep: select.epoll) -> None:
+        pool = self.pool
+        # Requests no worker has started are dropped (their connections close below):
+        # a handler must not start after the server has stopped.
+        not_started = {id(task[0]) for task in pool.discard_queued()}
+        with self._finish_lock:
+            self._finished = True
+            # Outcomes that came back too late: count them, then close below.
+            while self.done:
+                conn, _, status, _ = self.done.popleft()
+                self._state.requests_completed += 1
+                if status >= Status.FAILED:
+                    self._state.requests_failed += 1
+            leftover = list(self._conns.values())
+            for conn in leftover:
+                # PROCESSING with a worker on it: the worker closes the socket when done.
+                busy = conn.state in (State.PROCESSING, State.WRITING)
+                processing = conn.state is State.PROCESSING and id(conn) not in not_started
+                self._really_close(conn, "server stopped before the reply was written"
+                                   if busy else None, keep_socket=processing)
+        stuck = pool.stop(timeout=max(0.0, self.stop_deadline - time.monotonic()) + 0.5)
+        ep.close()
+        self.wakeup.close()
+        log.info("stopped", abandoned_connections=len(leftover), stuck_workers=stuck,
+                 bytes_reserved=self._budget.reserved)
+
+
+
+def _peer_name(addr: Any) -> str:
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        host = addr[0]
+        return f"[{host}]:{addr[1]}" if ":" in host else f"{host}:{addr[1]}"
+    return str(addr) or "unix"
+
+
