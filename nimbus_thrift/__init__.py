@@ -39,7 +39,7 @@ _EXPORTS = {
 
 if TYPE_CHECKING:
     from .client import (BadReply, ConnectionLost, FrameRefused, NimbusClient,
-                        NimbusClientError, NimbusTimeout, NimbusUnavailable, ServerError)
+                         NimbusClientError, NimbusTimeout, NimbusUnavailable, ServerError)
     from .rpc.metrics import MetricsSnapshot
     from .rpc.options import OptionError, ServerOptions
     from .rpc.server import Server, make_server

@@ -20,11 +20,11 @@ import structlog
 from . import logs, render
 from .client.defaults import DEFAULT_TIMEOUT, DEFAULT_WAIT_TIMEOUT
 from .idl import NIMBUS_PORT
-from .tuning import tune_allocator
 from .rpc.options import (DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
-                      DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FRAME_SIZE,
-                      DEFAULT_MAX_READ_BUFFER_BYTES, DEFAULT_WORKER_QUEUE_SIZE,
-                      DEFAULT_WORKER_THREADS, OptionError)
+                          DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FRAME_SIZE,
+                          DEFAULT_MAX_READ_BUFFER_BYTES, DEFAULT_WORKER_QUEUE_SIZE,
+                          DEFAULT_WORKER_THREADS, OptionError)
+from .tuning import tune_allocator
 
 
 def _logging_options(func: Any) -> Any:

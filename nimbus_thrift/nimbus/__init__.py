@@ -3,11 +3,15 @@
 Layers, each importing only those below it::
 
     daemon      config, state, launcher, handler and server wired together
-    warmup      a first Spark launch ahead of time (``nimbus-thrift warm-up``)
     handler     the IDL's methods: checks, state, launcher calls, timers
-    validate    submit-time checks          transfers  uploads and downloads
-    lifecycle   the topology status table   store      SQLite state
-    launcher    the interface to whatever runs topologies (PySpark: its own module)
+    transfers   uploads and downloads       lifecycle  the topology status table
+    store       SQLite state                timers     delayed kills and rebalances
+    launchers   the registry: 'spark' (spark/, imported when chosen), 'none', module:factory
+    launcher    the interface to whatever runs topologies
+    config      settings: file < environment < flags
+
+Submit-time checks (validate, code) live in nimbus_thrift.topology: users run them
+before uploading, the daemon runs them again on what arrives.
 """
 
 from .config import ConfigError, NimbusConfig, load_config

@@ -31,16 +31,16 @@ from thriftpy2.utils import deserialize, serialize
 
 from .. import __version__
 from ..idl import NIMBUS_COMPONENT
-from ..topology.streams import STATEFUL_KEY
 from ..topology.code import CodeArchive, CodeError
+from ..topology.streams import STATEFUL_KEY
+from ..topology.validate import (TOPOLOGY_DEFAULTS, InvalidTopology, TopologyPlan,
+                                 check_name, check_topology, parse_conf, task_ranges)
 from .config import NimbusConfig, to_public
 from .launcher import Launcher, LaunchSpec, RunStatus
 from .lifecycle import GONE, PREVIOUS, Event, Status, TransitionRefused, next_status
 from .store import Action, Store, TopologyRecord
 from .timers import Timers
 from .transfers import TransferError, Transfers
-from ..topology.validate import (TOPOLOGY_DEFAULTS, InvalidTopology, TopologyPlan,
-                                 check_name, check_topology, parse_conf, task_ranges)
 
 log = structlog.get_logger(__name__)
 

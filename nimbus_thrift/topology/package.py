@@ -36,10 +36,10 @@ from types import ModuleType
 from typing import Any, Iterable, Mapping
 
 from .code import MAX_MEMBERS, CodeArchive, CodeError
-from .validate import InvalidTopology, TopologyPlan, check_name, check_topology, \
-    parse_conf
 from .streams import TopologyError
 from .topology import Topology
+from .validate import InvalidTopology, TopologyPlan, check_name, check_topology, \
+    parse_conf
 
 #: Python code is kilobytes to a few megabytes; more than this usually means a data
 #: directory or an unmarked virtualenv was swept in. (The daemon's own upload cap,

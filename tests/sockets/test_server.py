@@ -22,7 +22,7 @@ from nimbus_thrift.demo import CalculatorHandler, EchoHandler
 from nimbus_thrift.rpc.errors import AppErrorCode
 
 from support.rawthrift import (CALL, EXCEPTION, ONEWAY, REPLY, call, connect, decode, frame,
-                       message, read_frame, roundtrip, wait_closed, wait_for)
+                               message, read_frame, roundtrip, wait_closed, wait_for)
 
 
 class GatedEcho(EchoHandler):

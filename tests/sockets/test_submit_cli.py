@@ -23,7 +23,7 @@ from nimbus_thrift.client.client import NimbusClient
 from nimbus_thrift.client.errors import NimbusTimeout
 from nimbus_thrift.nimbus import NimbusDaemon, load_config
 from nimbus_thrift.client.submit import (SubmitError, TopologyFailed, TopologyNotScheduled,
-                                  TopologyWaitTimeout)
+                                         TopologyWaitTimeout)
 from nimbus_thrift.topology.package import PackageError, build_zip, load_topology
 from support.scripted_launcher import LAUNCH_ERROR_KEY, SCRIPT_KEY
 

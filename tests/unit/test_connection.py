@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from nimbus_thrift.rpc.connection import (SCRATCH_SIZE, TRANSITIONS, Connection, Event,
-                                      IllegalTransition, State, classify_prefix)
+                                          IllegalTransition, State, classify_prefix)
 from nimbus_thrift.rpc.errors import FrameSizeError, NotThriftError
 from nimbus_thrift.rpc.memory import MemoryBudget
 

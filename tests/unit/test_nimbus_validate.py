@@ -13,8 +13,8 @@ import pytest
 from support.nimbus import N, common, fields, make_zip, shell, shuffle, wordcount
 from nimbus_thrift.topology.code import CodeArchive
 from nimbus_thrift.topology.validate import (MAX_NAME_LENGTH, TOPOLOGY_DEFAULTS, Input,
-                                           InvalidTopology, check_name, check_topology,
-                                           parse_conf, task_ranges)
+                                             InvalidTopology, check_name, check_topology,
+                                             parse_conf, task_ranges)
 
 
 def spout(script: str = "m.S", streams: dict[str, list[str]] | None = None,

@@ -60,9 +60,9 @@ import structlog
 
 from ...runner.rundir import RunDir
 from ...runner.spec import RunSpec, from_plan
+from ...topology.validate import InvalidTopology
 from ..config import NimbusConfig
 from ..launcher import LauncherError, LaunchSpec, RunStatus, WorkerNode
-from ...topology.validate import InvalidTopology
 from .archive import JVM_CRASH, ClassArchive, archive_layout, unlink
 from .install import (CLASS_ARCHIVE_DIR, MIRROR_DIR, default_submit, find_spark_home,
                       java_binary, mirror_spark_home, resolve_cache_dir, spark_version,

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ...topology.validate import InvalidTopology, check_topology
 from ..config import NimbusConfig
 from ..launcher import LauncherError, LaunchSpec
 from .archive import ClassArchive
 from .launcher import SparkLauncher
-from ...topology.validate import InvalidTopology, check_topology
 
 #: The configuration of the warm-up topology: no spark.* settings, so its archive is
 #: the one a topology without driver JVM options of its own maps.
