@@ -75,7 +75,9 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         builder = builder.config(key, value)
     # The JVM and the Python workers it forks take the environment at launch; the
     # test process gets its own back right after.
-    with environment(spark_env(TESTS_DIR)):      # tests/topologies for the workers
+    # tests/topologies, and the Spark tier's test modules (their bolt classes run in the
+    # workers, imported by module name), on the workers' path.
+    with environment(spark_env(TESTS_DIR, TESTS_DIR / "spark")):
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
