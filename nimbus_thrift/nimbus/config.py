@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..idl import NIMBUS_PORT
-from ..rpc.options import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_READ_BUFFER_BYTES
+# The server library's defaults are already Storm's (64 workers as nimbus.thrift.threads,
+# storm.thrift.socket.timeout.ms's 10 minutes idle); the daemon keeps them.
+from ..rpc.options import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+                           DEFAULT_MAX_READ_BUFFER_BYTES, DEFAULT_WORKER_THREADS)
 
 ENV_PREFIX = "NIMBUS_THRIFT_"
 
@@ -23,10 +26,6 @@ ENV_PREFIX = "NIMBUS_THRIFT_"
 #: server library's (Thrift's 16 MB): upload chunks are 300 KiB, so 1 MiB frames are
 #: plenty, and a stray client cannot make the daemon buffer 16 MB per connection.
 STORM_MAX_FRAME_SIZE = 1_048_576
-#: Storm's nimbus.thrift.threads.
-DEFAULT_WORKER_THREADS = 64
-#: Storm's storm.thrift.socket.timeout.ms: idle clients are dropped after 10 minutes.
-DEFAULT_IDLE_TIMEOUT = 600.0
 #: Zipped Python code is small; this bounds the disk one upload can fill.
 DEFAULT_MAX_UPLOAD_BYTES = 256 << 20
 #: Storm's nimbus.file.copy.expiration.secs: an upload idle this long is dropped.
