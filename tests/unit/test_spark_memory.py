@@ -1,0 +1,50 @@
+"""Bytes tier: what a topology's Spark application takes of this machine's memory
+(nimbus/spark/memory.py), read from its configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nimbus_thrift.nimbus.spark.memory import (DEFAULT_DRIVER_MEMORY, PROCESS_OVERHEAD,
+                                               default_budget, format_bytes,
+                                               machine_memory, memory_request,
+                                               parse_memory)
+
+
+@pytest.mark.parametrize("text,size", [
+    ("512m", 512 << 20), ("2g", 2 << 30), ("2G", 2 << 30), ("1536", 1536 << 20),
+    ("64k", 64 << 10), ("3gb", 3 << 30), (" 1t ", 1 << 40), (700, 700 << 20),
+])
+def test_memory_strings_read_as_spark_reads_them(text: object, size: int) -> None:
+    assert parse_memory("spark.driver.memory", text) == size
+
+
+@pytest.mark.parametrize("text", ["lots", "", "1.5g", "-1g", "0", "2x", "1p", True, None,
+                                  [1]])
+def test_other_memory_strings_are_refused_naming_the_key(text: object) -> None:
+    with pytest.raises(ValueError, match=r"spark\.driver\.memory must be"):
+        parse_memory("spark.driver.memory", text)
+
+
+def test_an_application_takes_its_driver_heap_and_the_process_overhead() -> None:
+    assert memory_request({}) == DEFAULT_DRIVER_MEMORY + PROCESS_OVERHEAD
+    assert memory_request({"spark.driver.memory": "4g"}) == (4 << 30) + PROCESS_OVERHEAD
+    # Executors run in the driver's JVM locally and on the workers on a cluster.
+    assert memory_request({"spark.executor.memory": "8g"}) == memory_request({})
+
+
+def test_the_machine_memory_and_the_default_budget(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       25165824 kB\nMemFree:  1 kB\n")
+    assert machine_memory(meminfo) == 24 << 30
+    assert machine_memory(tmp_path / "missing") is None
+    assert default_budget(10 << 30) == 8 << 30
+    assert default_budget(0) == 0
+
+
+def test_sizes_are_stated_in_binary_units() -> None:
+    assert format_bytes(int(1.5 * (1 << 30))) == "1.5 GiB"
+    assert format_bytes(512 << 20) == "512.0 MiB"
+    assert format_bytes(10) == "10 bytes"
