@@ -43,6 +43,39 @@ DEFAULT_STOP_GRACE_SECS = 30.0
 #: Relaunches of a crashed topology before it is left failed (a bug in a bolt fails
 #: every time; a lost executor or a full disk usually does not).
 DEFAULT_MAX_RESTARTS = 3
+#: Uploads in progress from one client address: a submit uploads one file, so 32 is
+#: more than any deploy script runs in parallel, and 8 such addresses still fit the
+#: daemon's 256 open uploads (transfers.MAX_OPEN_UPLOADS).
+DEFAULT_MAX_UPLOADS_PER_PEER = 32
+#: Downloads in progress from one client address: a client reads one file at a time;
+#: 64 addresses at this cap still fit the daemon's 4096 (transfers.MAX_DOWNLOADS).
+DEFAULT_MAX_DOWNLOADS_PER_PEER = 64
+#: Bytes of uploads in the inbox, open (acknowledged bytes) and complete together:
+#: 16 uploads of the largest size (max_upload_bytes); topology code is usually KBs.
+DEFAULT_MAX_INBOX_BYTES = 16 * DEFAULT_MAX_UPLOAD_BYTES
+#: Free space a chunk must leave on the inbox's file system: room for SQLite to commit
+#: and checkpoint its WAL and for the logs, so a full inbox cannot stop the daemon
+#: recording state.
+DEFAULT_MIN_FREE_DISK_BYTES = 64 << 20
+
+#: Components (spouts and bolts) in one topology: Storm's largest topologies have a few
+#: hundred; every submit-time check and every listing is linear in this.
+DEFAULT_MAX_COMPONENTS = 1000
+#: Source bytes of one module parsed to check that a component's class exists (a larger
+#: module is accepted unchecked): CPython's parser takes 1-2 s and up to ~500 MB of
+#: transient memory per MiB of dense source on 2 cores.
+DEFAULT_MAX_CODE_PARSE_BYTES = 1 << 20
+#: Source bytes parsed per submit, over distinct modules (each is parsed once): about
+#: 8 s of parsing at worst; a topology needing more is refused.
+DEFAULT_MAX_CODE_PARSE_TOTAL_BYTES = 4 << 20
+#: Topologies one nimbus keeps at once (active, inactive, or killed and not yet
+#: removed): recovery at start and every listing are linear in this, and a Storm
+#: cluster's Nimbus rarely keeps more than a few hundred.
+DEFAULT_MAX_TOPOLOGIES = 500
+#: How long a call waits for its launcher operation before answering anyway (the
+#: outcome then shows in the topology's status): a spark-submit spawns in well under
+#: a second, a stop may take stop_grace_secs + 5 s.
+DEFAULT_LAUNCHER_REPLY_WAIT_SECS = 1.0
 
 
 def default_data_dir() -> Path:
@@ -97,6 +130,28 @@ class NimbusConfig:
     #: Seconds a topology gets to stop by itself (at removal and rebalance) before
     #: its processes are sent SIGTERM, then SIGKILL.
     stop_grace_secs: float = DEFAULT_STOP_GRACE_SECS
+    #: Uploads and downloads in progress from one client address (one address cannot
+    #: take every slot).
+    max_uploads_per_peer: int = DEFAULT_MAX_UPLOADS_PER_PEER
+    max_downloads_per_peer: int = DEFAULT_MAX_DOWNLOADS_PER_PEER
+    #: Bytes all uploads in the inbox may hold, in progress and complete together.
+    max_inbox_bytes: int = DEFAULT_MAX_INBOX_BYTES
+    #: A chunk is refused when storing it would leave less free disk than this.
+    min_free_disk_bytes: int = DEFAULT_MIN_FREE_DISK_BYTES
+    #: Components (spouts plus bolts) one topology may have.
+    max_components: int = DEFAULT_MAX_COMPONENTS
+    #: A module larger than this is not parsed at submit (its class is not checked).
+    max_code_parse_bytes: int = DEFAULT_MAX_CODE_PARSE_BYTES
+    #: Source parsed per submit at most; a topology needing more is refused.
+    max_code_parse_total_bytes: int = DEFAULT_MAX_CODE_PARSE_TOTAL_BYTES
+    #: Topologies kept at once; a submit beyond it is refused.
+    max_topologies: int = DEFAULT_MAX_TOPOLOGIES
+    #: Bytes of this machine's memory topologies may take together (for the Spark
+    #: launcher: each driver's heap, spark.driver.memory, and its process around it);
+    #: a submit that would pass it is refused. 0 means 80 % of the machine's memory.
+    spark_memory_budget: int = 0
+    #: Seconds a call waits for the launcher before answering (it then runs on).
+    launcher_reply_wait_secs: float = DEFAULT_LAUNCHER_REPLY_WAIT_SECS
     log_level: str = "info"
     log_format: str = "auto"
 
@@ -109,6 +164,10 @@ _LIMITS = {  # field -> (lowest allowed, inclusive)
     "port": 0, "worker_threads": 1, "max_frame_size": 64, "max_read_buffer_bytes": 64,
     "max_connections": 1, "max_upload_bytes": 1, "download_chunk_bytes": 1,
     "max_restarts": 0,
+    "max_uploads_per_peer": 1, "max_downloads_per_peer": 1, "max_inbox_bytes": 1,
+    "min_free_disk_bytes": 0,
+    "max_components": 1, "max_code_parse_bytes": 1, "max_code_parse_total_bytes": 1,
+    "max_topologies": 1, "spark_memory_budget": 0,
 }
 #: Words a boolean setting may be spelled with in YAML strings and the environment.
 _BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,

@@ -7,13 +7,25 @@ stopped in the right order.
       inbox/               uploads: <id>.part while open, <id>.zip once finished
       topologies/<id>/     per-topology work directory (the launcher's; for the spark
                            launcher see nimbus_thrift/runner/rundir.py)
+
+Everything in it is the owner's only: at every start the directory, ``inbox/`` and
+``topologies/`` are forced to 0700 and the lock and database files to 0600 (whatever
+mode they were created with, say by a data directory made 0755 beforehand), and while
+a daemon runs the process's umask is 077, so what it and the processes it starts
+(spark-submit, the topologies' drivers) write is owner-only too. Why: the daemon runs
+other people's code on other people's data; uploaded code, confs (which may hold
+credentials), checkpoints with keyed state and logs of tuples must not be readable by
+every local user.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import stat
+import threading
 import time
+from pathlib import Path
 from typing import Callable
 
 import structlog
@@ -27,6 +39,67 @@ from .launchers import load_launcher
 from .store import Store
 
 log = structlog.get_logger(__name__)
+
+#: The data directory and the directories in it: only the daemon's user may list,
+#: read or enter them.
+DIR_MODE = 0o700
+#: The lock file and the database (with SQLite's -wal and -shm, which SQLite creates
+#: with the database's mode): only the daemon's user may read or write them.
+FILE_MODE = 0o600
+#: The umask while a daemon runs: new files 0600, new directories 0700, also in the
+#: processes it starts (they inherit it).
+DAEMON_UMASK = 0o077
+DATABASE = "nimbus.sqlite3"
+
+# The umask is the process's, not the daemon's: several daemons in one process (tests,
+# an embedding application) share it. The first start sets it and the last stop puts
+# back what was there, whatever order they stop in. The CLI's process keeps it for
+# good; an embedding process gets its own back once no daemon runs. Modes are forced
+# explicitly as well, so the state is owner-only even if someone changes the umask
+# while a daemon runs.
+_umask_lock = threading.Lock()
+_umask_users = 0
+_umask_saved = 0
+
+
+def _hold_umask() -> None:
+    global _umask_users, _umask_saved
+    with _umask_lock:
+        if _umask_users == 0:
+            _umask_saved = os.umask(DAEMON_UMASK)
+        _umask_users += 1
+
+
+def _release_umask() -> None:
+    global _umask_users
+    with _umask_lock:
+        _umask_users -= 1
+        if _umask_users == 0:
+            os.umask(_umask_saved)
+
+
+def force_mode(path: Path, mode: int) -> None:
+    """Set ``path``'s permission bits to ``mode`` if it exists and they differ.
+
+    A symbolic link is left alone (chmod would change what it points to, which the
+    daemon did not create). Raises :class:`DaemonError` when the mode cannot be set
+    (a directory owned by another user).
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise DaemonError(f"cannot read the mode of {path}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode) or stat.S_IMODE(st.st_mode) == mode:
+        return
+    try:
+        os.chmod(path, mode)
+    except OSError as exc:
+        raise DaemonError(f"cannot make {path} owner-only (mode {mode:04o}): "
+                          f"{exc.strerror or exc}") from None
+    log.info("mode_tightened", path=str(path), was=f"{stat.S_IMODE(st.st_mode):04o}",
+             now=f"{mode:04o}")
 
 
 class DaemonError(Exception):
@@ -42,6 +115,7 @@ class NimbusDaemon:
         self._launcher = launcher
         self._clock = clock
         self._lock_fd: int | None = None
+        self._umask_held = False
         self.store: Store | None = None
         self.handler: NimbusHandler | None = None
         self.server: Server | None = None
@@ -55,21 +129,33 @@ class NimbusDaemon:
         """
         config = self.config
         try:
-            config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            config.data_dir.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
         except OSError as exc:
             raise DaemonError(f"cannot create data directory {config.data_dir}: "
                               f"{exc.strerror or exc}") from None
-        self._lock_data_dir()
+        force_mode(config.data_dir, DIR_MODE)
+        _hold_umask()
+        self._umask_held = True
+        try:
+            self._lock_data_dir()
+        except BaseException:
+            self._close_state()
+            raise
         try:
             from .launcher import LauncherError
             from .store import StoreError
+            database = config.data_dir / DATABASE
+            self._force_database_modes(database)     # before SQLite opens them
             try:
-                self.store = Store(config.data_dir / "nimbus.sqlite3")
+                self.store = Store(database)
                 launcher = self._launcher or load_launcher(config.launcher, config)
             except (StoreError, LauncherError) as exc:
                 raise DaemonError(str(exc)) from None
+            self._force_database_modes(database)     # and what opening created
             self.handler = NimbusHandler(nimbus_idl(), config, self.store, launcher,
                                          clock=self._clock)
+            for directory in (self.handler.transfers.inbox, self.handler.topologies_dir):
+                force_mode(directory, DIR_MODE)
             self.handler.recover()
             self.server = make_server(
                 nimbus_idl().Nimbus, self.handler, host=config.host, port=config.port,
@@ -106,10 +192,25 @@ class NimbusDaemon:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        if self._umask_held:
+            self._umask_held = False
+            _release_umask()
+
+    @staticmethod
+    def _force_database_modes(database: Path) -> None:
+        for path in (database, database.with_name(database.name + "-wal"),
+                     database.with_name(database.name + "-shm")):
+            force_mode(path, FILE_MODE)
 
     def _lock_data_dir(self) -> None:
         path = self.config.data_dir / "nimbus.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        try:
+            os.fchmod(fd, FILE_MODE)        # one made earlier with another mode
+        except OSError as exc:
+            os.close(fd)
+            raise DaemonError(f"cannot make {path} owner-only: {exc.strerror or exc}") \
+                from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

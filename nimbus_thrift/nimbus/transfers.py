@@ -16,12 +16,21 @@ Upload life::
                └── finish: fsync, sha256, rename to <id>.zip, fsync dir, commit
     complete ─► used by submits; deleted retention_secs after completion if no
                 topology uses it
+
+Limits (:class:`TransferLimits`, from the daemon's settings): uploads and downloads in
+progress per client address (an upload's slot is its peer's from begin to finish,
+expiry or discard; a download's until its last chunk or expiry), the bytes the whole
+inbox may hold (open uploads' acknowledged bytes and complete uploads together, counted
+in memory: a chunk reserves its bytes before it is written), and the free disk a chunk
+must leave. A refusal raises :class:`TransferRefused` and is logged at most once per
+peer per :data:`~.ratelog.DEFAULT_INTERVAL_SECS`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import threading
 import uuid
 from dataclasses import dataclass
@@ -30,6 +39,10 @@ from typing import Callable
 
 import structlog
 
+from ..rpc.context import REQUEST
+from .config import (DEFAULT_MAX_DOWNLOADS_PER_PEER, DEFAULT_MAX_INBOX_BYTES,
+                     DEFAULT_MAX_UPLOADS_PER_PEER, DEFAULT_MIN_FREE_DISK_BYTES, NimbusConfig)
+from .ratelog import RateLimitedLog
 from .store import Store, Upload
 
 log = structlog.get_logger(__name__)
@@ -44,12 +57,57 @@ class TransferError(Exception):
     """An upload or download call that cannot proceed; the message says why."""
 
 
+class TransferRefused(TransferError):
+    """A limit refused the call (per-peer slots, inbox bytes, free disk). Already logged,
+    rate-limited, by :class:`Transfers`: a caller need not log it again."""
+
+
+@dataclass(frozen=True)
+class TransferLimits:
+    """The settings of :class:`Transfers` beyond sizes and times (see nimbus/config.py)."""
+
+    max_uploads_per_peer: int = DEFAULT_MAX_UPLOADS_PER_PEER
+    max_downloads_per_peer: int = DEFAULT_MAX_DOWNLOADS_PER_PEER
+    max_inbox_bytes: int = DEFAULT_MAX_INBOX_BYTES
+    min_free_disk_bytes: int = DEFAULT_MIN_FREE_DISK_BYTES
+
+    @classmethod
+    def of(cls, config: NimbusConfig) -> "TransferLimits":
+        return cls(max_uploads_per_peer=config.max_uploads_per_peer,
+                   max_downloads_per_peer=config.max_downloads_per_peer,
+                   max_inbox_bytes=config.max_inbox_bytes,
+                   min_free_disk_bytes=config.min_free_disk_bytes)
+
+
+def peer_address(peer: str) -> str:
+    """The address part of the server's peer name: ``127.0.0.2:5123`` -> ``127.0.0.2``,
+    ``[::1]:5123`` -> ``::1``; anything else (``unix``) as it is."""
+    if peer.startswith("[") and "]" in peer:
+        return peer[1:peer.index("]")]
+    if peer.count(":") == 1:
+        return peer.rsplit(":", 1)[0]
+    return peer
+
+
+def current_peer() -> str | None:
+    """The address of the client whose request this thread is processing, or None
+    (no request: recovery, sweeps, unit tests)."""
+    request = REQUEST.get()
+    return peer_address(request[0]) if request is not None else None
+
+
+def _free_bytes(path: Path) -> int:
+    # f_bavail: what an unprivileged writer may still use, not the root reserve.
+    return shutil.disk_usage(path).free
+
+
 @dataclass
 class _Download:
     path: Path
     size: int
     offset: int
     touched_at: float
+    peer: str | None = None
 
 
 class Transfers:
@@ -57,18 +115,59 @@ class Transfers:
 
     def __init__(self, store: Store, data_dir: Path, *, max_upload_bytes: int,
                  expiration_secs: float, retention_secs: float, chunk_bytes: int,
-                 clock: Callable[[], float]):
+                 clock: Callable[[], float], limits: TransferLimits | None = None,
+                 free_bytes: Callable[[Path], int] = _free_bytes):
         self.store = store
         self.inbox = data_dir / "inbox"
-        self.inbox.mkdir(parents=True, exist_ok=True)
+        self.inbox.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.max_upload_bytes = max_upload_bytes
         self.expiration_secs = expiration_secs
         self.retention_secs = retention_secs
         self.chunk_bytes = chunk_bytes
         self.clock = clock
-        self._lock = threading.Lock()           # guards the two tables below
+        self.limits = limits if limits is not None else TransferLimits()
+        self.free_bytes = free_bytes
+        self._refusals = RateLimitedLog(log)
+        self._lock = threading.Lock()           # guards the tables and counts below
         self._upload_locks: dict[str, threading.Lock] = {}
         self._downloads: dict[str, _Download] = {}
+        self._upload_peer: dict[str, str] = {}          # open upload id -> its peer
+        self._uploads_of: dict[str, int] = {}           # peer -> open uploads
+        self._downloads_of: dict[str, int] = {}         # peer -> open downloads
+        # Acknowledged bytes of every upload row, plus chunks being written.
+        self._inbox_bytes = self._stored_bytes()
+
+    # --- accounting -----------------------------------------------------------------
+    @property
+    def inbox_bytes(self) -> int:
+        """Bytes counted against ``max_inbox_bytes`` now."""
+        with self._lock:
+            return self._inbox_bytes
+
+    def uploads_of(self, peer: str) -> int:
+        """Uploads in progress from ``peer`` (an address)."""
+        with self._lock:
+            return self._uploads_of.get(peer, 0)
+
+    def downloads_of(self, peer: str) -> int:
+        """Downloads in progress from ``peer`` (an address)."""
+        with self._lock:
+            return self._downloads_of.get(peer, 0)
+
+    def _stored_bytes(self) -> int:
+        return sum(up.bytes for up in self.store.uploads())
+
+    def _refuse(self, peer: str | None, limit: str, message: str) -> TransferRefused:
+        self._refusals.warning("transfer_refused", peer or "unknown", client=peer,
+                               limit=limit, reason=message)
+        return TransferRefused(message)
+
+    def _release_upload_slot(self, upload_id: str) -> None:
+        """The upload is no longer in progress (finished, expired, discarded)."""
+        with self._lock:
+            peer = self._upload_peer.pop(upload_id, None)
+            if peer is not None:
+                _decrement(self._uploads_of, peer)
 
     # --- paths ----------------------------------------------------------------------
     def part_path(self, upload_id: str) -> Path:
@@ -78,17 +177,50 @@ class Transfers:
         return self.inbox / f"{upload_id}.zip"
 
     # --- uploads --------------------------------------------------------------------
-    def begin_upload(self) -> str:
-        """Start an upload; return its location."""
+    def begin_upload(self, peer: str | None = None) -> str:
+        """Start an upload for ``peer`` (an address; None: the current request's);
+        return its location.
+
+        Raises:
+            TransferRefused: the daemon's or the peer's open uploads are at their limit,
+                or the inbox is full.
+        """
+        peer = peer if peer is not None else current_peer()
+        limits = self.limits
         open_count = sum(1 for up in self.store.uploads() if up.state == "open")
         if open_count >= MAX_OPEN_UPLOADS:
-            raise TransferError(f"{open_count} uploads are already open (limit "
-                                f"{MAX_OPEN_UPLOADS}); finish them or wait for them to expire")
+            raise self._refuse(peer, "MAX_OPEN_UPLOADS", (
+                f"{open_count} uploads are already open (limit {MAX_OPEN_UPLOADS}); "
+                "finish them or wait for them to expire"))
         upload_id = uuid.uuid4().hex
+        with self._lock:        # check and take the peer's slot in one step
+            held = self._uploads_of.get(peer, 0) if peer is not None else 0
+            name = "max_uploads_per_peer"
+            if peer is not None and held >= limits.max_uploads_per_peer:
+                refusal = (f"{peer} already has {held} uploads in progress (limit "
+                           f"{limits.max_uploads_per_peer}, max_uploads_per_peer); finish "
+                           f"them or wait {self.expiration_secs:g} s for them to expire")
+            elif self._inbox_bytes >= limits.max_inbox_bytes:
+                name = "max_inbox_bytes"
+                refusal = (f"the inbox holds {self._inbox_bytes} bytes of uploads (limit "
+                           f"{limits.max_inbox_bytes}, max_inbox_bytes); retry when unused "
+                           "uploads are removed or open ones expire")
+            else:
+                refusal = ""
+                if peer is not None:
+                    self._upload_peer[upload_id] = peer
+                    self._uploads_of[peer] = held + 1
+        if refusal:
+            raise self._refuse(peer, name, refusal)
         now = self.clock()
-        self.part_path(upload_id).touch(exist_ok=False)
         location = str(self.code_path(upload_id))
-        self.store.insert_upload(Upload(upload_id, location, "open", 0, None, now, now, None))
+        try:
+            self.part_path(upload_id).touch(exist_ok=False)
+            self.store.insert_upload(Upload(upload_id, location, "open", 0, None, now, now,
+                                            None))
+        except BaseException:
+            self._release_upload_slot(upload_id)
+            raise
         log.info("upload_begun", upload=upload_id)
         return location
 
@@ -98,6 +230,9 @@ class Transfers:
         Raises:
             TransferError: unknown, finished or expired location; or the upload would
                 pass ``max_upload_bytes`` (it is then deleted).
+            TransferRefused: the chunk would take the inbox over ``max_inbox_bytes``, or
+                leave less free disk than ``min_free_disk_bytes`` (nothing is stored;
+                the upload stays open).
         """
         with self._upload_lock(location) as up:
             if up.state != "open":
@@ -108,18 +243,54 @@ class Transfers:
                 raise TransferError(
                     f"upload {location!r} would reach {size} bytes, over the limit of "
                     f"{self.max_upload_bytes} (max_upload_bytes); the upload was discarded")
-            # The file is written before the row: after a crash the file may hold an
-            # unacknowledged tail, which recovery trims; never the reverse.
+            self._reserve(location, len(chunk))
+            stored = False
             try:
-                with open(self.part_path(up.id), "r+b") as f:
-                    f.seek(up.bytes)
-                    f.write(chunk)
-            except OSError as exc:     # disk full, file removed behind our back, ...
-                log.error("upload_write_failed", upload=up.id, error=str(exc))
-                raise TransferError(f"upload {location!r}: cannot write the chunk "
-                                    f"({exc.strerror or exc}); the chunk was not stored") \
-                    from None
-            self.store.grow_upload(up.id, size, self.clock())
+                self._check_free_disk(location, len(chunk))
+                # The file is written before the row: after a crash the file may hold an
+                # unacknowledged tail, which recovery trims; never the reverse.
+                try:
+                    with open(self.part_path(up.id), "r+b") as f:
+                        f.seek(up.bytes)
+                        f.write(chunk)
+                except OSError as exc:     # disk full, file removed behind our back, ...
+                    log.error("upload_write_failed", upload=up.id, error=str(exc))
+                    raise TransferError(f"upload {location!r}: cannot write the chunk "
+                                        f"({exc.strerror or exc}); the chunk was not "
+                                        "stored") from None
+                self.store.grow_upload(up.id, size, self.clock())
+                stored = True
+            finally:
+                if not stored:          # the reservation becomes the row's bytes if stored
+                    with self._lock:
+                        self._inbox_bytes -= len(chunk)
+
+    def _reserve(self, location: str, size: int) -> None:
+        limits = self.limits
+        with self._lock:
+            total = self._inbox_bytes + size
+            if total <= limits.max_inbox_bytes:
+                self._inbox_bytes = total
+                return
+            held = self._inbox_bytes
+        raise self._refuse(current_peer(), "max_inbox_bytes", (
+            f"upload {location!r}: a chunk of {size} bytes would bring the inbox from "
+            f"{held} to {total} bytes, over the limit of {limits.max_inbox_bytes} "
+            "(max_inbox_bytes); the chunk was not stored, the upload stays open until "
+            "it expires"))
+
+    def _check_free_disk(self, location: str, size: int) -> None:
+        reserve = self.limits.min_free_disk_bytes
+        try:
+            free = self.free_bytes(self.inbox)
+        except OSError as exc:          # cannot tell: the write itself will say
+            log.warning("disk_usage_failed", path=str(self.inbox), error=str(exc))
+            return
+        if free - size < reserve:
+            raise self._refuse(current_peer(), "min_free_disk_bytes", (
+                f"upload {location!r}: the inbox's disk has {free} bytes free; a chunk of "
+                f"{size} bytes would leave less than the {reserve} bytes kept free "
+                "(min_free_disk_bytes); the chunk was not stored"))
 
     def finish_upload(self, location: str) -> Upload:
         """Make the upload at ``location`` complete: durable, checksummed, renamed.
@@ -132,6 +303,15 @@ class Transfers:
         with self._upload_lock(location) as up:
             if up.state == "complete":
                 return up
+            with self._lock:
+                total = self._inbox_bytes
+            if total > self.limits.max_inbox_bytes:
+                # Only after max_inbox_bytes was lowered below what is stored: chunks
+                # never take the inbox over it. The upload stays open (until it expires).
+                raise self._refuse(current_peer(), "max_inbox_bytes", (
+                    f"upload {location!r} cannot be finished: the inbox holds {total} "
+                    f"bytes, over the limit of {self.limits.max_inbox_bytes} "
+                    "(max_inbox_bytes)"))
             part, final = self.part_path(up.id), self.code_path(up.id)
             digest = hashlib.sha256()
             try:
@@ -148,6 +328,7 @@ class Transfers:
                 raise TransferError(f"upload {location!r} cannot be finished "
                                     f"({exc.strerror or exc})") from None
             self.store.complete_upload(up.id, digest.hexdigest(), self.clock())
+            self._release_upload_slot(up.id)
             log.info("upload_finished", upload=up.id, bytes=up.bytes,
                      sha256=digest.hexdigest())
             done = self.store.upload(up.id)
@@ -172,23 +353,49 @@ class Transfers:
             return self._upload_locks.setdefault(upload_id, threading.Lock())
 
     def _delete_upload(self, up: Upload) -> None:
+        """Delete ``up`` (its current row) and its file; its bytes and slot come back."""
         self.store.delete_upload(up.id)
         for path in (self.part_path(up.id), self.code_path(up.id)):
             path.unlink(missing_ok=True)
+        self._release_upload_slot(up.id)
         with self._lock:
             self._upload_locks.pop(up.id, None)
+            self._inbox_bytes -= up.bytes
 
     # --- downloads ------------------------------------------------------------------
-    def begin_download(self, up: Upload) -> str:
-        """Open a download session over a complete upload; return its id."""
+    def begin_download(self, up: Upload, peer: str | None = None) -> str:
+        """Open a download session over a complete upload for ``peer`` (an address;
+        None: the current request's); return its id.
+
+        Raises:
+            TransferRefused: the daemon's or the peer's downloads are at their limit.
+        """
         path = self.code_path(up.id)
+        peer = peer if peer is not None else current_peer()
+        limit = self.limits.max_downloads_per_peer
         with self._lock:
+            held = self._downloads_of.get(peer, 0) if peer is not None else 0
             if len(self._downloads) >= MAX_DOWNLOADS:
-                raise TransferError(f"{len(self._downloads)} downloads are already open "
-                                    f"(limit {MAX_DOWNLOADS}); retry later")
-            session = uuid.uuid4().hex
-            self._downloads[session] = _Download(path, up.bytes, 0, self.clock())
-        return session
+                refusal, name = (f"{len(self._downloads)} downloads are already open "
+                                 f"(limit {MAX_DOWNLOADS}); retry later"), "MAX_DOWNLOADS"
+            elif peer is not None and held >= limit:
+                refusal, name = (f"{peer} already has {held} downloads in progress (limit "
+                                 f"{limit}, max_downloads_per_peer); read them to the end "
+                                 f"or wait {self.expiration_secs:g} s for them to expire"), \
+                    "max_downloads_per_peer"
+            else:
+                session = uuid.uuid4().hex
+                self._downloads[session] = _Download(path, up.bytes, 0, self.clock(), peer)
+                if peer is not None:
+                    self._downloads_of[peer] = held + 1
+                return session
+        raise self._refuse(peer, name, refusal)
+
+    def _end_download(self, session: str) -> None:
+        """Forget a session (read to the end, file gone, expired); caller holds _lock."""
+        dl = self._downloads.pop(session, None)
+        if dl is not None and dl.peer is not None:
+            _decrement(self._downloads_of, dl.peer)
 
     def download_chunk(self, session: str) -> bytes:
         """The next chunk of the session's file; ``b""`` at the end (session closed).
@@ -202,7 +409,7 @@ class Transfers:
                 raise TransferError(f"download {session!r} does not exist "
                                     "(finished, or timed out)")
             if dl.offset >= dl.size:
-                del self._downloads[session]
+                self._end_download(session)
                 return b""
             offset, dl.touched_at = dl.offset, self.clock()
             length = min(self.chunk_bytes, dl.size - offset)
@@ -213,7 +420,7 @@ class Transfers:
                 data = f.read(length)
         except OSError as exc:
             with self._lock:
-                self._downloads.pop(session, None)
+                self._end_download(session)
             raise TransferError(f"download {session!r}: the file is gone ({exc.strerror})") \
                 from None
         return data
@@ -238,7 +445,7 @@ class Transfers:
         with self._lock:
             for session, dl in list(self._downloads.items()):
                 if now - dl.touched_at >= self.expiration_secs:
-                    del self._downloads[session]
+                    self._end_download(session)
 
     def recover(self) -> None:
         """After a restart: make files and rows agree (see the module docstring).
@@ -282,6 +489,8 @@ class Transfers:
                 if path.is_dir() and not path.is_symlink():
                     continue
                 path.unlink(missing_ok=True)
+        with self._lock:        # before any request: nothing is in flight
+            self._inbox_bytes = self._stored_bytes()
 
 
 class _Locked:
@@ -302,6 +511,14 @@ class _Locked:
 
     def __exit__(self, *exc: object) -> None:
         self.lock.release()
+
+
+def _decrement(counts: dict[str, int], key: str) -> None:
+    left = counts.get(key, 0) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)      # an address that left holds no memory
 
 
 def _fsync_dir(path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -18,8 +19,22 @@ from .code import CodeArchive, CodeError
 
 #: Storm's rule (``^[^/.:\\]+$``): names become file and ZooKeeper path segments.
 NAME_PATTERN = re.compile(r"^[^/.:\\]+$")
-#: Ours on top: names are shown in tables and logs and become Spark application names.
-MAX_NAME_LENGTH = 256
+#: The longest file name Linux file systems (ext4, xfs, btrfs, tmpfs) accept, in bytes.
+MAX_FILE_NAME_BYTES = 255
+#: The longest suffix the daemon appends to a name to make the topology id
+#: ``<name>-<counter>-<epoch>``, which becomes the work directory's name: "-", the
+#: counter (an SQLite INTEGER, at most 2**63-1: 19 digits), "-", the submit time in
+#: whole seconds (11 digits until the year 5138).
+ID_SUFFIX_MAX_BYTES = 1 + 19 + 1 + 11
+#: So a name is at most 223 bytes of UTF-8: its id always fits a file name.
+MAX_NAME_BYTES = MAX_FILE_NAME_BYTES - ID_SUFFIX_MAX_BYTES
+#: Unicode categories no name or component id may contain: control (Cc: C0, DEL, C1
+#: including U+0085 NEXT LINE), format (Cf: bidi overrides such as U+202E, zero-width
+#: characters), surrogates (Cs: not encodable as UTF-8, so not a file name) and line and
+#: paragraph separators (Zl, Zp). Each can break or spoof a line of CLI output or a log.
+FORBIDDEN_CATEGORIES = {"Cc": "a control character", "Cf": "a format character",
+                        "Cs": "a surrogate", "Zl": "a line separator",
+                        "Zp": "a paragraph separator"}
 #: Storm reserves ids and streams starting with this for its system components.
 RESERVED_PREFIX = "__"
 #: The commands a ShellComponent may name: the runner starts the component in Python.
@@ -39,6 +54,47 @@ TOPOLOGY_DEFAULTS: dict[str, Any] = {
     "topology.debug": False,
     "topology.max.spout.pending": None,
     "topology.max.task.parallelism": None,
+}
+
+
+# Numbers bounded where they enter. Every count below ends up in an IDL i32 (num_workers,
+# num_tasks, num_executors, task ids) or drives a loop (task_ranges, one ExecutorSummary
+# per executor in getTopologyInfo), so a value a client sends must stay Storm-sized.
+
+#: Java's Integer.MAX_VALUE: the largest value of an IDL i32 (and of Storm's own reads).
+I32_MAX = 2**31 - 1
+#: Executors of a whole topology: task_ranges and getTopologyInfo loop over them, and
+#: each ExecutorSummary with a bolt's stats encodes to ~400 bytes (measured), so 2048 of
+#: them (~820 KB) still fit the 1 MiB frames Storm's clients read
+#: (nimbus.thrift.max_buffer_size). Large Storm topologies run hundreds of executors.
+MAX_EXECUTORS_PER_TOPOLOGY = 2048
+#: Executors of one component (parallelism_hint): one component may use them all.
+MAX_EXECUTORS_PER_COMPONENT = MAX_EXECUTORS_PER_TOPOLOGY
+#: topology.workers: a worker without an executor runs nothing, so more workers than
+#: the executor limit could never be used (one Spark executor per worker).
+MAX_WORKERS = MAX_EXECUTORS_PER_TOPOLOGY
+#: topology.tasks of one component: Storm users set tasks above executors to leave room
+#: for rebalancing up; 16 times the executor limit is that room.
+MAX_TASKS_PER_COMPONENT = 16 * MAX_EXECUTORS_PER_COMPONENT
+#: Tasks of a whole topology: their ids are i32s (ExecutorInfo) and their sum is
+#: TopologySummary.num_tasks; far below I32_MAX so no sum can overflow.
+MAX_TASKS_PER_TOPOLOGY = 1 << 20
+#: topology.message.timeout.secs: the default wait of kill and rebalance (KillOptions'
+#: wait_secs is an i32); a day is longer than any tuple may sensibly stay in flight.
+MAX_MESSAGE_TIMEOUT_SECS = 86_400
+#: topology.max.spout.pending: offsets per spout task per micro-batch; 100 times the
+#: runner's default batch (runner/plan.py DEFAULT_MAX_BATCH), beyond which a batch only
+#: grows the driver's memory.
+MAX_SPOUT_PENDING = 10_000_000
+
+#: The upper bound of each integer conf key, and its unit (shown in the refusal).
+CONF_MAXIMA: dict[str, tuple[int, str]] = {
+    "topology.workers": (MAX_WORKERS, "workers"),
+    "topology.message.timeout.secs": (MAX_MESSAGE_TIMEOUT_SECS, "seconds"),
+    "topology.max.spout.pending": (MAX_SPOUT_PENDING, "offsets per spout task and batch"),
+    # A cap, so any value up to an i32 is harmless; Storm reads it as a Java int.
+    "topology.max.task.parallelism": (I32_MAX, "(the largest i32)"),
+    "topology.tasks": (MAX_TASKS_PER_COMPONENT, "tasks per component"),
 }
 
 
@@ -62,22 +118,57 @@ _CONF_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+def check_count(what: str, value: int, limit: int, unit: str) -> None:
+    """Refuse ``value`` above ``limit``, in a sentence naming both (``what`` names the
+    key or field: "topology.workers", "spout 's' parallelism_hint")."""
+    if value > limit:
+        raise InvalidTopology(f"{what} is {value}; the limit is {limit} {unit}")
+
+
+def check_conf_numbers(conf: dict[str, Any], what: str) -> None:
+    """Check the bounded integer keys of a parsed conf (see :data:`CONF_MAXIMA`)."""
+    for key, (limit, unit) in CONF_MAXIMA.items():
+        value = conf.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            check_count(f"{what}: {key}", value, limit, unit)
+
+
+def forbidden_character(text: str) -> str | None:
+    """Describe the first character of ``text`` no name may contain, or None:
+    ``U+202E (RIGHT-TO-LEFT OVERRIDE, a format character)``."""
+    for char in text:
+        category = unicodedata.category(char)
+        if category in FORBIDDEN_CATEGORIES:
+            label = unicodedata.name(char, "")
+            label = f"{label}, " if label else ""
+            return f"U+{ord(char):04X} ({label}{FORBIDDEN_CATEGORIES[category]})"
+    return None
+
+
 def check_name(name: Any) -> str:
     """Return ``name`` if it is a valid topology name.
 
     Raises:
-        InvalidTopology: empty, too long, containing ``/ . : \\`` or control characters.
+        InvalidTopology: empty; over :data:`MAX_NAME_BYTES` bytes of UTF-8 (its id
+            becomes a directory name); containing ``/ . : \\``; or containing a
+            control, format, surrogate or separator character (named by code point).
     """
     if not isinstance(name, str) or not name.strip():
         raise InvalidTopology("topology name must not be empty")
-    if len(name) > MAX_NAME_LENGTH:
-        raise InvalidTopology(f"topology name is {len(name)} characters; "
-                              f"the limit is {MAX_NAME_LENGTH}")
+    bad = forbidden_character(name)
+    if bad is not None:
+        # repr() escapes what is not printable, so the sentence itself cannot spoof.
+        raise InvalidTopology(f"topology name {name!r} contains {bad}; control, format "
+                              "and line or paragraph separator characters are not allowed")
+    size = len(name.encode("utf-8"))
+    if size > MAX_NAME_BYTES:
+        raise InvalidTopology(
+            f"topology name is {size} bytes of UTF-8; the limit is {MAX_NAME_BYTES} "
+            f"(its id, the name and up to {ID_SUFFIX_MAX_BYTES} bytes of "
+            f"-<counter>-<epoch>, names a directory: at most {MAX_FILE_NAME_BYTES} bytes)")
     if not NAME_PATTERN.match(name):
         raise InvalidTopology(f"topology name {name!r} contains one of / . : \\ "
                               "(not allowed, as in Storm)")
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):
-        raise InvalidTopology(f"topology name {name!r} contains control characters")
     return name
 
 
@@ -100,6 +191,7 @@ def parse_conf(text: str | None, what: str) -> dict[str, Any]:
     for key, (check, expected) in _CONF_CHECKS.items():
         if key in conf and not check(conf[key]):
             raise InvalidTopology(f"{what}: {key} must be {expected}, not {conf[key]!r}")
+    check_conf_numbers(conf, what)
     return conf
 
 
@@ -169,6 +261,8 @@ def check_topology(topology: Any, conf: dict[str, Any], code: CodeArchive | None
         InvalidTopology: the first problem found, named.
     """
     merged = {**TOPOLOGY_DEFAULTS, **conf}
+    # Again here: a stored conf (re-planned at launch) never went through parse_conf.
+    check_conf_numbers(merged, "the topology configuration")
     spouts = topology.spouts or {}
     bolts = topology.bolts or {}
     state_spouts = topology.state_spouts or {}
@@ -199,9 +293,11 @@ def check_topology(topology: Any, conf: dict[str, Any], code: CodeArchive | None
         hint = common.parallelism_hint
         if hint is None:
             hint = 1
-        if hint <= 0:
-            raise InvalidTopology(f"{kind} {cid!r} has parallelism_hint {hint}; "
+        if not isinstance(hint, int) or isinstance(hint, bool) or hint <= 0:
+            raise InvalidTopology(f"{kind} {cid!r} has parallelism_hint {hint!r}; "
                                   "it must be at least 1")
+        check_count(f"{kind} {cid!r} parallelism_hint", hint, MAX_EXECUTORS_PER_COMPONENT,
+                    "executors per component")
         # Storm (StormCommon.componentParallelism) reads topology.tasks from the topology
         # conf overridden by the component's, as it does topology.max.task.parallelism.
         tasks = comp_conf.get("topology.tasks") or merged.get("topology.tasks") or hint
@@ -212,6 +308,12 @@ def check_topology(topology: Any, conf: dict[str, Any], code: CodeArchive | None
             tasks = min(tasks, component_cap)
         components[cid] = ComponentPlan(kind, script, executors, tasks, inputs,
                                         streams[cid], comp_conf)
+    total_executors = sum(c.executors for c in components.values())
+    check_count("the topology's executors (the sum over its components)", total_executors,
+                MAX_EXECUTORS_PER_TOPOLOGY, "executors per topology")
+    total_tasks = sum(c.tasks for c in components.values())
+    check_count("the topology's tasks (the sum over its components)", total_tasks,
+                MAX_TASKS_PER_TOPOLOGY, "tasks per topology")
     _check_acyclic(components)
     return TopologyPlan(components, merged, merged["topology.workers"])
 
@@ -222,8 +324,10 @@ def _check_id(cid: Any, kind: str) -> None:
     if cid.startswith(RESERVED_PREFIX):
         raise InvalidTopology(f"{kind} id {cid!r} starts with {RESERVED_PREFIX!r}, "
                               "which is reserved for system components")
-    if any(ord(c) < 32 for c in cid):
-        raise InvalidTopology(f"{kind} id {cid!r} contains control characters")
+    bad = forbidden_character(cid)
+    if bad is not None:
+        raise InvalidTopology(f"{kind} id {cid!r} contains {bad}; control, format and "
+                              "line or paragraph separator characters are not allowed")
 
 
 def _streams_of(cid: str, kind: str, common: Any) -> dict[str, tuple[str, ...]]:
@@ -371,7 +475,14 @@ def task_ranges(tasks: dict[str, int], executors: dict[str, int]
     component's tasks split as evenly as possible among its executors.
 
     Returns ``(component, first task, last task)`` per executor.
+
+    Raises:
+        InvalidTopology: more than :data:`MAX_EXECUTORS_PER_TOPOLOGY` executors (a row
+            stored before the limits existed): the loop must never run billions of times.
     """
+    total = sum(max(1, min(executors.get(cid, 1), count)) for cid, count in tasks.items())
+    check_count("the topology's executors", total, MAX_EXECUTORS_PER_TOPOLOGY,
+                "executors per topology")
     result = []
     next_task = 1
     for cid in sorted(tasks):

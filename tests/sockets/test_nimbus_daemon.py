@@ -10,6 +10,7 @@ import random
 import re
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import threading
@@ -154,6 +155,93 @@ def test_second_daemon_on_the_same_data_dir_is_refused(daemon: NimbusDaemon) -> 
     other = NimbusDaemon(daemon.config)
     with pytest.raises(DaemonError, match=rf"in use by another nimbus \(pid {os.getpid()}\)"):
         other.start()
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_state_is_forced_owner_only_at_start(tmp_path: Path) -> None:
+    # A data directory made beforehand with the usual umask 022, and state files left
+    # readable by a daemon of an older version.
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    (data / "inbox").mkdir(mode=0o755)
+    (data / "topologies").mkdir(mode=0o755)
+    data.chmod(0o755)
+    (data / "inbox").chmod(0o755)
+    (data / "topologies").chmod(0o755)
+    sqlite3.connect(data / "nimbus.sqlite3").close()
+    for name in ("nimbus.sqlite3", "nimbus.lock"):
+        (data / name).touch()
+        (data / name).chmod(0o644)
+    config = load_config(env={}, flags={"data_dir": str(data), "port": 0})
+    daemon = NimbusDaemon(config, launcher=FakeLauncher())
+    daemon.start()
+    try:
+        assert _mode(data) == 0o700
+        assert _mode(data / "inbox") == 0o700 and _mode(data / "topologies") == 0o700
+        assert _mode(data / "nimbus.lock") == 0o600
+        for name in ("nimbus.sqlite3", "nimbus.sqlite3-wal", "nimbus.sqlite3-shm"):
+            assert _mode(data / name) == 0o600, name
+        # What it writes from now on is owner-only too: an upload's file.
+        with NimbusClient("127.0.0.1", port_of(daemon), timeout=10) as client:
+            location = _upload(client, make_zip())
+        assert _mode(Path(location)) == 0o600
+    finally:
+        daemon.stop(grace=5.0)
+
+
+def test_umask_is_077_while_a_daemon_runs_and_restored_after(tmp_path: Path) -> None:
+    before = os.umask(0o022)
+    configs = [load_config(env={}, flags={"data_dir": str(tmp_path / f"d{i}"), "port": 0})
+               for i in range(2)]
+    try:
+        daemons = [NimbusDaemon(c, launcher=FakeLauncher()) for c in configs]
+        for d in daemons:
+            d.start()
+        assert _current_umask() == 0o077
+        daemons[0].stop(grace=5.0)              # not in the order they started
+        assert _current_umask() == 0o077        # the other one still runs
+        daemons[1].stop(grace=5.0)
+        assert _current_umask() == 0o022
+        # A start that fails gives its hold back.
+        first = NimbusDaemon(configs[0], launcher=FakeLauncher())
+        first.start()
+        try:
+            with pytest.raises(DaemonError, match="in use by another nimbus"):
+                NimbusDaemon(configs[0], launcher=FakeLauncher()).start()
+            assert _current_umask() == 0o077
+        finally:
+            first.stop(grace=5.0)
+        assert _current_umask() == 0o022
+    finally:
+        os.umask(before)
+
+
+def test_data_directory_whose_mode_cannot_be_set_is_refused(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    from nimbus_thrift.nimbus import daemon as daemon_module
+    data = tmp_path / "data"
+    data.mkdir()
+    data.chmod(0o755)
+
+    def refuse(path: Any, mode: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+    monkeypatch.setattr(daemon_module.os, "chmod", refuse)
+    before = _current_umask()
+    config = load_config(env={}, flags={"data_dir": str(data), "port": 0})
+    with pytest.raises(DaemonError, match=r"cannot make .*data owner-only \(mode 0700\): "
+                                          "Operation not permitted"):
+        NimbusDaemon(config, launcher=FakeLauncher()).start()
+    assert _current_umask() == before
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_python_client_round_trip(daemon: NimbusDaemon, tmp_path: Path) -> None:
@@ -403,3 +491,33 @@ def _check_invariants(port: int, data_dir: Path, acked_submits: dict[str, bytes]
                 assert hashlib.sha256(path.read_bytes()).hexdigest() == sha
     finally:
         db.close()
+
+
+@pytest.mark.parametrize("name", ["a\u202eb\u0085\u2028c", "x" * 250, "wc\u200b"])
+def test_names_that_cannot_be_a_directory_or_spoof_output_are_refused(
+        daemon: NimbusDaemon, name: str) -> None:
+    port = port_of(daemon)
+    with NimbusClient("127.0.0.1", port, timeout=10) as client:
+        assert client.isTopologyNameAllowed(name) is False
+        assert client.isTopologyNameAllowed("wc") is True
+        location = _upload(client, make_zip())
+        with pytest.raises(N.InvalidTopologyException) as info:
+            client.submitTopology(name, location, "{}", wordcount())
+        assert ("bytes of UTF-8; the limit is 223" in info.value.msg
+                or "U+" in info.value.msg)
+        assert "/" not in info.value.msg             # no daemon path in the sentence
+        assert client.getClusterInfo().topologies == []
+    assert list((daemon.config.data_dir / "topologies").iterdir()) == []
+
+
+def test_a_conf_with_two_to_the_forty_workers_is_refused_and_list_still_works(
+        daemon: NimbusDaemon) -> None:
+    port = port_of(daemon)
+    with NimbusClient("127.0.0.1", port, timeout=10) as client:
+        location = _upload(client, make_zip())
+        with pytest.raises(N.InvalidTopologyException,
+                           match="topology.workers is 1099511627776; the limit is 2048"):
+            client.submitTopology("wc", location, json.dumps({"topology.workers": 2**40}),
+                                  wordcount())
+    submit(port, "wc")
+    assert cli(port, "list").exit_code == 0

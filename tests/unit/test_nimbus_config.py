@@ -282,7 +282,10 @@ def test_seconds_checked_when_built_directly(key: str, value: Any) -> None:
 @pytest.mark.parametrize("key,lowest", [("worker_threads", 1), ("max_frame_size", 64),
                                         ("max_read_buffer_bytes", 64),
                                         ("max_connections", 1), ("max_upload_bytes", 1),
-                                        ("download_chunk_bytes", 1)])
+                                        ("download_chunk_bytes", 1),
+                                        ("max_uploads_per_peer", 1),
+                                        ("max_downloads_per_peer", 1),
+                                        ("max_inbox_bytes", 1), ("min_free_disk_bytes", 0)])
 def test_int_lower_limits(key: str, lowest: Any) -> None:
     assert getattr(config(**{key: lowest}), key) == lowest
     with pytest.raises(ConfigError, match=f"{key} must be at least {lowest}, not "
@@ -303,3 +306,24 @@ def test_enumerations_and_empty_strings(key: str, value: str) -> None:
 @pytest.mark.parametrize("value", ["", "off", "/var/cache/nimbus", "~/cache"])
 def test_spark_cache_dir_values(value: str) -> None:
     assert config(env={ENV_PREFIX + "SPARK_CACHE_DIR": value}).spark_cache_dir == value
+
+
+def test_transfer_limits_from_environment_and_defaults() -> None:
+    from nimbus_thrift.nimbus.config import (DEFAULT_MAX_DOWNLOADS_PER_PEER,
+                                             DEFAULT_MAX_INBOX_BYTES,
+                                             DEFAULT_MAX_UPLOADS_PER_PEER,
+                                             DEFAULT_MIN_FREE_DISK_BYTES, load_config)
+    defaults = load_config(env={})
+    assert (defaults.max_uploads_per_peer, defaults.max_downloads_per_peer,
+            defaults.max_inbox_bytes, defaults.min_free_disk_bytes) == (
+        DEFAULT_MAX_UPLOADS_PER_PEER, DEFAULT_MAX_DOWNLOADS_PER_PEER,
+        DEFAULT_MAX_INBOX_BYTES, DEFAULT_MIN_FREE_DISK_BYTES)
+    # A default a normal client never hits: room for many largest-size uploads.
+    assert defaults.max_inbox_bytes >= 8 * defaults.max_upload_bytes
+    loaded = load_config(env={"NIMBUS_THRIFT_MAX_UPLOADS_PER_PEER": "3",
+                              "NIMBUS_THRIFT_MIN_FREE_DISK_BYTES": "0"},
+                         flags={"max_inbox_bytes": 1 << 20})
+    assert (loaded.max_uploads_per_peer, loaded.min_free_disk_bytes,
+            loaded.max_inbox_bytes) == (3, 0, 1 << 20)
+    with pytest.raises(ConfigError, match="max_uploads_per_peer must be at least 1, not 0"):
+        load_config(env={"NIMBUS_THRIFT_MAX_UPLOADS_PER_PEER": "0"})

@@ -5,6 +5,7 @@ the code zips in tmp_path)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,15 @@ import pytest
 
 from support.nimbus import N, common, fields, make_zip, shell, shuffle, wordcount
 from nimbus_thrift.topology.code import CodeArchive
-from nimbus_thrift.topology.validate import (MAX_NAME_LENGTH, TOPOLOGY_DEFAULTS, Input,
-                                             InvalidTopology, check_name, check_topology,
-                                             parse_conf, task_ranges)
+from nimbus_thrift.topology.validate import (I32_MAX, ID_SUFFIX_MAX_BYTES,
+                                             MAX_EXECUTORS_PER_COMPONENT,
+                                             MAX_EXECUTORS_PER_TOPOLOGY,
+                                             MAX_MESSAGE_TIMEOUT_SECS, MAX_NAME_BYTES,
+                                             MAX_SPOUT_PENDING, MAX_TASKS_PER_COMPONENT,
+                                             MAX_TASKS_PER_TOPOLOGY, MAX_WORKERS,
+                                             TOPOLOGY_DEFAULTS, Input, InvalidTopology,
+                                             check_name, check_topology, parse_conf,
+                                             task_ranges)
 
 
 def spout(script: str = "m.S", streams: dict[str, list[str]] | None = None,
@@ -45,7 +52,8 @@ def refused(topology: Any, conf: dict[str, Any] | None = None,
 
 # --- check_name -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["wc", "word count", "a-b_c", "ü", "x" * MAX_NAME_LENGTH])
+@pytest.mark.parametrize("name", ["wc", "word count", "a-b_c", "ü", "x" * MAX_NAME_BYTES,
+                                  "ü" * (MAX_NAME_BYTES // 2), "名前" * 37, "wc (prod) v2"])
 def test_name_accepted(name: str) -> None:
     assert check_name(name) == name
 
@@ -62,16 +70,60 @@ def test_name_empty_or_not_a_string(name: Any) -> None:
         check_name(name)
 
 
-def test_name_too_long() -> None:
-    with pytest.raises(InvalidTopology, match=f"{MAX_NAME_LENGTH + 1} characters; "
-                                              f"the limit is {MAX_NAME_LENGTH}"):
-        check_name("x" * (MAX_NAME_LENGTH + 1))
+def test_the_longest_id_of_the_longest_name_fits_a_file_name(tmp_path: Path) -> None:
+    # The handler's id: <name>-<counter>-<epoch>; the largest counter SQLite can hold
+    # and an epoch of 11 digits is the longest suffix there can be.
+    assert MAX_NAME_BYTES == 255 - ID_SUFFIX_MAX_BYTES == 223
+    name = "é" * (MAX_NAME_BYTES // 2) + "x"          # 223 bytes, 112 characters
+    longest = f"{check_name(name)}-{2**63 - 1}-{99_999_999_999}"
+    assert len(longest.encode()) == 255
+    (tmp_path / longest).mkdir()                      # no ENAMETOOLONG
 
 
-@pytest.mark.parametrize("name", ["a\nb", "wc\n", "a\x00b", "a\x1bb", "a\x7fb", "\tab"])
-def test_name_with_control_characters(name: str) -> None:
-    with pytest.raises(InvalidTopology, match="control characters"):
+@pytest.mark.parametrize("name,size", [("x" * 250, 250), ("x" * (MAX_NAME_BYTES + 1), 224),
+                                       ("é" * 112, 224), ("名" * 75, 225)])
+def test_name_too_long_in_utf8_bytes(name: str, size: int) -> None:
+    with pytest.raises(InvalidTopology) as info:
         check_name(name)
+    assert str(info.value).startswith(f"topology name is {size} bytes of UTF-8; the limit "
+                                      f"is {MAX_NAME_BYTES} ")
+    assert "-<counter>-<epoch>" in str(info.value)
+
+
+@pytest.mark.parametrize("name,code", [("a\nb", "U+000A"), ("wc\n", "U+000A"),
+                                       ("a\x00b", "U+0000"), ("a\x1bb", "U+001B"),
+                                       ("a\x7fb", "U+007F"), ("\tab", "U+0009")])
+def test_name_with_control_characters(name: str, code: str) -> None:
+    with pytest.raises(InvalidTopology, match=re.escape(f"contains {code} (a control character)")):
+        check_name(name)
+
+
+@pytest.mark.parametrize("name,described", [
+    ("a\u202eb\u0085\u2028c", "U+202E (RIGHT-TO-LEFT OVERRIDE, a format character)"),
+    ("ab\u0085c", "U+0085 (a control character)"),              # NEXT LINE is Cc
+    ("a\u2028c", "U+2028 (LINE SEPARATOR, a line separator)"),
+    ("a\u2029c", "U+2029 (PARAGRAPH SEPARATOR, a paragraph separator)"),
+    ("a\u200bc", "U+200B (ZERO WIDTH SPACE, a format character)"),
+    ("a\u2066c", "U+2066 (LEFT-TO-RIGHT ISOLATE, a format character)"),
+    ("a\ufeffc", "U+FEFF (ZERO WIDTH NO-BREAK SPACE, a format character)"),
+    ("a\x9bc", "U+009B (a control character)"),                 # C1 CSI
+    ("a\ud800c", "U+D800 (a surrogate)"),
+])
+def test_name_with_spoofing_characters_names_the_code_point(name: str,
+                                                             described: str) -> None:
+    with pytest.raises(InvalidTopology) as info:
+        check_name(name)
+    message = str(info.value)
+    assert f"contains {described};" in message
+    # The sentence itself carries the name escaped, never the raw character.
+    assert all(c.isprintable() for c in message)
+
+
+@pytest.mark.parametrize("kind", ["spout", "bolt"])
+def test_component_id_with_a_bidi_override_refused(kind: str) -> None:
+    t = topo({"s\u202e": spout()}) if kind == "spout" else \
+        topo(bolts={"b\u202e": bolt({("s", "default"): shuffle()})})
+    assert "U+202E (RIGHT-TO-LEFT OVERRIDE, a format character)" in refused(t)
 
 
 # --- parse_conf -----------------------------------------------------------------------
@@ -343,13 +395,14 @@ def chain(length: int, close_loop: bool) -> Any:
 
 
 def test_long_chain_is_accepted_without_recursion() -> None:
-    plan = check_topology(chain(5000, close_loop=False), {}, None)
-    assert len(plan.components) == 5001
-    assert plan.components["b04999"].inputs == (Input("b04998", "default", "shuffle"),)
+    # 2000 components: twice Python's recursion limit, within MAX_EXECUTORS_PER_TOPOLOGY.
+    plan = check_topology(chain(2000, close_loop=False), {}, None)
+    assert len(plan.components) == 2001
+    assert plan.components["b01999"].inputs == (Input("b01998", "default", "shuffle"),)
 
 
 def test_cycle_message_leaves_out_a_long_tail() -> None:
-    t = chain(5000, close_loop=False)
+    t = chain(2000, close_loop=False)
     t.bolts["b00000"].common.inputs[N.GlobalStreamId("b00001", "default")] = shuffle()
     assert refused(t).startswith("the topology has a cycle through 'b00000', 'b00001';")
 
@@ -367,8 +420,8 @@ def test_two_cycles_and_the_bridge_between_them_are_named() -> None:
 
 
 def test_long_cycle_is_detected_without_recursion() -> None:
-    msg = refused(chain(5000, close_loop=True))
-    assert "cycle through 'b00000'" in msg and "'b04999'" in msg
+    msg = refused(chain(2000, close_loop=True))
+    assert "cycle through 'b00000'" in msg and "'b01999'" in msg
 
 
 def test_refuses_duplicate_output_field() -> None:
@@ -499,3 +552,78 @@ def test_task_ranges_of_a_plan_cover_every_task_once() -> None:
     assert ids == list(range(1, 15))
     assert [r for r in ranges if r[0] == "s"] == [("s", 5, 8), ("s", 9, 11), ("s", 12, 14)]
     assert len(ranges) == sum(plan.executors.values())
+
+
+# --- numbers bounded where they enter ---------------------------------------------------
+
+@pytest.mark.parametrize("key,limit", [
+    ("topology.workers", MAX_WORKERS),
+    ("topology.message.timeout.secs", MAX_MESSAGE_TIMEOUT_SECS),
+    ("topology.max.spout.pending", MAX_SPOUT_PENDING),
+    ("topology.max.task.parallelism", I32_MAX),
+    ("topology.tasks", MAX_TASKS_PER_COMPONENT),
+])
+def test_conf_numbers_bounded(key: str, limit: int) -> None:
+    assert parse_conf(json.dumps({key: limit}), "the conf") == {key: limit}
+    for value in (limit + 1, 2**40, 2**63):
+        with pytest.raises(InvalidTopology) as info:
+            parse_conf(json.dumps({key: value}), "the topology configuration")
+        assert str(info.value).startswith(
+            f"the topology configuration: {key} is {value}; the limit is {limit}")
+
+
+def test_workers_two_to_the_forty_refused_by_parse_conf_and_check_topology() -> None:
+    with pytest.raises(InvalidTopology, match=r"topology.workers is 1099511627776; "
+                                              rf"the limit is {MAX_WORKERS} workers"):
+        parse_conf('{"topology.workers": 1099511627776}', "the topology configuration")
+    # A stored conf is re-planned at launch without parse_conf: check_topology checks too.
+    assert "topology.workers is 1099511627776" in refused(topo(), {"topology.workers": 2**40})
+
+
+def test_component_conf_numbers_bounded() -> None:
+    t = topo({"s": spout(json_conf=json.dumps({"topology.tasks": 2**31 - 1}))})
+    assert refused(t).startswith("the json_conf of spout 's': topology.tasks is 2147483647; "
+                                 f"the limit is {MAX_TASKS_PER_COMPONENT}")
+
+
+@pytest.mark.parametrize("kind", ["spout", "bolt"])
+def test_parallelism_hint_of_i32_max_refused(kind: str) -> None:
+    t = topo({"s": spout(par=2**31 - 1)}) if kind == "spout" else \
+        topo(bolts={"b": bolt({("s", "default"): shuffle()}, par=2**31 - 1)})
+    cid = "s" if kind == "spout" else "b"
+    assert refused(t) == (f"{kind} {cid!r} parallelism_hint is 2147483647; the limit is "
+                          f"{MAX_EXECUTORS_PER_COMPONENT} executors per component")
+
+
+def test_parallelism_hint_at_the_limit_accepted() -> None:
+    plan = check_topology(topo({"s": spout(par=MAX_EXECUTORS_PER_COMPONENT)}), {}, None)
+    assert plan.executors == {"s": MAX_EXECUTORS_PER_COMPONENT}
+
+
+def test_topology_wide_executors_bounded() -> None:
+    half = MAX_EXECUTORS_PER_TOPOLOGY // 2
+    ok = topo({"s": spout(par=half)}, {"b": bolt({("s", "default"): shuffle()}, par=half)})
+    assert sum(check_topology(ok, {}, None).executors.values()) == MAX_EXECUTORS_PER_TOPOLOGY
+    over = topo({"s": spout(par=half)},
+                {"b": bolt({("s", "default"): shuffle()}, par=half + 1)})
+    assert refused(over) == (
+        f"the topology's executors (the sum over its components) is "
+        f"{MAX_EXECUTORS_PER_TOPOLOGY + 1}; the limit is {MAX_EXECUTORS_PER_TOPOLOGY} "
+        "executors per topology")
+
+
+def test_topology_wide_tasks_bounded() -> None:
+    n = MAX_TASKS_PER_TOPOLOGY // MAX_TASKS_PER_COMPONENT + 1
+    conf = json.dumps({"topology.tasks": MAX_TASKS_PER_COMPONENT})
+    bolts = {f"b{i}": bolt({("s", "default"): shuffle()}, json_conf=conf) for i in range(n)}
+    message = refused(topo({"s": spout()}, bolts))
+    assert message.startswith("the topology's tasks (the sum over its components) is ")
+    assert message.endswith(f"the limit is {MAX_TASKS_PER_TOPOLOGY} tasks per topology")
+
+
+def test_task_ranges_refuses_a_stored_row_with_billions_of_executors() -> None:
+    # A row stored before the limits: refused at once instead of looping 2**31 times.
+    with pytest.raises(InvalidTopology, match="the topology's executors is 2147483647"):
+        task_ranges({"s": 2**31 - 1}, {"s": 2**31 - 1})
+    assert len(task_ranges({"s": MAX_EXECUTORS_PER_TOPOLOGY},
+                           {"s": MAX_EXECUTORS_PER_TOPOLOGY})) == MAX_EXECUTORS_PER_TOPOLOGY
