@@ -1,8 +1,22 @@
 """The Nimbus service: the IDL's methods over durable state, a launcher and timers.
 
-Every state-changing call runs under one lock, checks, commits to SQLite, and only then
-tells the launcher; so what the client was told is what survives a crash, and a
-launcher failure shows up in ``getTopologyInfo`` instead of losing the request.
+Every state-changing call checks, commits to SQLite, and only then tells the launcher;
+so what the client was told is what survives a crash, and a launcher failure shows up
+in ``getTopologyInfo`` instead of losing the request.
+
+Locking (no cheap request holds shared state for long):
+
+- validation and the code check (parsing the uploaded modules) run before any lock,
+  at most :data:`CODE_CHECK_SLOTS` at a time;
+- the name table (a name is taken by one topology) has a short lock, held only to
+  check a name and commit the new row (and by the upload sweep, so a submit's upload
+  cannot be swept between its check and its row);
+- state changes of a topology (kill, activate, deactivate, rebalance, the timers'
+  actions) hold that topology's lock (:mod:`.locks`) only to read and commit;
+- launcher calls run after the commit, outside every lock, on the topology's
+  background queue (:mod:`.background`); a call waits at most
+  ``launcher_reply_wait_secs`` for its outcome, then answers;
+- read-only calls take no lock at all (the store gives them their own connection).
 
 Errors the IDL declares go back as themselves (NotAliveException, ...). Errors Storm
 reports as a bare RuntimeException (an unknown upload location, activating a KILLED
@@ -15,39 +29,50 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import shutil
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, ParamSpec, TypeVar
+from typing import Any, Callable, Iterator, ParamSpec, TypeVar
 
 import structlog
 from thriftpy2.protocol import TBinaryProtocolFactory
 from thriftpy2.thrift import TApplicationException
-from thriftpy2.utils import deserialize, serialize
+from thriftpy2.utils import serialize
 
-from .. import __version__
 from ..idl import NIMBUS_COMPONENT
 from ..topology.code import CodeArchive, CodeError
-from ..topology.streams import STATEFUL_KEY
-from ..topology.validate import (TOPOLOGY_DEFAULTS, InvalidTopology, TopologyPlan,
-                                 check_name, check_topology, parse_conf, task_ranges)
-from .config import NimbusConfig, to_public
-from .launcher import Launcher, LaunchSpec, RunStatus
+from ..topology.validate import (MAX_EXECUTORS_PER_TOPOLOGY, MAX_WORKERS,
+                                 TOPOLOGY_DEFAULTS, InvalidTopology, TopologyPlan,
+                                 check_count, check_name, check_topology, parse_conf)
+from .admission import check_admission, default_budget
+from .background import SerialQueues
+from .config import NimbusConfig
+from .launcher import Launcher, LaunchSpec
 from .lifecycle import GONE, PREVIOUS, Event, Status, TransitionRefused, next_status
+from .listing import CountsCache
+from .locks import KeyedLocks
+from .queries import NimbusQueries
 from .store import Action, Store, TopologyRecord
 from .timers import Timers
-from .transfers import TransferError, Transfers
+from .transfers import TransferError, TransferLimits, TransferRefused, Transfers
 
 log = structlog.get_logger(__name__)
 
 #: A removal whose launcher stop failed is retried after this long.
 REMOVE_RETRY_SECS = 30.0
-#: Storm's window key for all-time statistics.
-ALL_TIME = ":all-time"
+#: Submits whose code is parsed at once: a parse may peak at ~500 MB per MiB of source
+#: (max_code_parse_bytes), so two bound the daemon's transient memory to ~1 GB while a
+#: third submit waits (holding its own worker thread only, never a lock).
+CODE_CHECK_SLOTS = 2
+#: A submit waits this long for a code-check slot, then is refused (a retry is safe).
+CODE_CHECK_WAIT_SECS = 60.0
+#: At stop, how long the launcher calls running get to finish (the ones queued behind
+#: them are redone by the next start's recovery).
+CLOSE_WAIT_SECS = 5.0
 
 F = TypeVar("F", bound=Callable[..., Any])
 P = ParamSpec("P")
@@ -63,14 +88,16 @@ def _client_errors(func: F) -> F:
             log.info("request_refused", error=str(exc))
             raise self.idl.InvalidTopologyException(msg=str(exc)) from None
         except (TransitionRefused, TransferError) as exc:
-            log.info("request_refused", error=str(exc))
+            if not isinstance(exc, TransferRefused):     # logged, rate-limited, by transfers
+                log.info("request_refused", error=str(exc))
             raise TApplicationException(TApplicationException.INTERNAL_ERROR,
                                         str(exc)) from None
     return wrapper  # type: ignore[return-value]
 
 
-class NimbusHandler:
-    """Implements ``service Nimbus`` of idl/nimbus.thrift."""
+class NimbusHandler(NimbusQueries):
+    """Implements ``service Nimbus`` of idl/nimbus.thrift: the state-changing calls
+    here, the read-only ones in :class:`~.queries.NimbusQueries`."""
 
     def __init__(self, idl: ModuleType, config: NimbusConfig, store: Store,
                  launcher: Launcher, *, clock: Callable[[], float] = time.time):
@@ -86,24 +113,72 @@ class NimbusHandler:
             store, config.data_dir, max_upload_bytes=config.max_upload_bytes,
             expiration_secs=config.file_copy_expiration_secs,
             retention_secs=config.upload_retention_secs,
-            chunk_bytes=config.download_chunk_bytes, clock=clock)
+            chunk_bytes=config.download_chunk_bytes, clock=clock,
+            limits=TransferLimits.of(config))
         self.timers = Timers(self.run_action, self._sweep,
                              sweep_every=config.sweep_secs, clock=clock)
-        self._lock = threading.RLock()
+        self.background = SerialQueues()
+        self._names_lock = threading.Lock()
+        self._locks = KeyedLocks()
+        self._code_checks = threading.BoundedSemaphore(CODE_CHECK_SLOTS)
+        self._removing: set[str] = set()        # removals whose stop is under way
+        self._removing_lock = threading.Lock()
+        self._counts = CountsCache()
+        self._memory_budget = config.spark_memory_budget or default_budget()
         self._protocol = TBinaryProtocolFactory()
         self._structs: dict[str, Any] = {}
         self.address = (config.host, config.port)
 
     # --- life of the daemon ---------------------------------------------------------
     def recover(self) -> None:
-        """After (re)start: reconcile uploads, re-arm timers, hand every known topology
-        to the launcher again (which adopts what still runs)."""
+        """After (re)start: reconcile uploads and work directories with the rows,
+        re-arm timers, hand every known topology to the launcher again (which adopts
+        what still runs)."""
         self.transfers.recover()
+        ids = self.store.topology_ids()
+        self._sweep_work_dirs(ids)
         for action in self.store.actions():
             self.timers.arm(action.topology_id, action.due_at)
-        for rec in self.store.topologies():
+        jobs = []
+        for topology_id in ids:
+            try:
+                rec = self.store.topology(topology_id)
+            except ValueError as exc:       # a row this daemon cannot decode
+                log.error("topology_unreadable", topology=topology_id, error=str(exc))
+                continue
+            if rec is None or not self._work_dir(rec.id).is_dir():
+                continue
             log.info("topology_recovered", topology=rec.id, status=rec.status)
-            self._launcher_call(rec.id, self.launcher.launch, self._spec(rec))
+            jobs.append(self._in_background(rec.id, "launch", self._launch_now, rec.id))
+        # Quick launchers (adopting what runs) are done before the daemon serves; a
+        # slow one carries on in the background.
+        deadline = time.monotonic() + self.config.launcher_reply_wait_secs
+        for job in jobs:
+            job.wait(max(0.0, deadline - time.monotonic()))
+
+    def _sweep_work_dirs(self, ids: list[str]) -> None:
+        """A work directory without a row is a leftover of a removal or a submit cut
+        short: deleted. A row without its work directory (a crash between deleting the
+        directory and the row, or a directory deleted by hand) is removed the normal
+        way: its launcher is told to stop, then the row goes."""
+        known = set(ids)
+        for entry in sorted(self.topologies_dir.iterdir()):
+            if entry.name not in known:
+                log.warning("work_dir_orphan_removed", topology=entry.name,
+                            path=str(entry))
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+        now = self.clock()
+        for topology_id in ids:
+            if self._work_dir(topology_id).is_dir():
+                continue
+            log.warning("topology_without_work_dir", topology=topology_id,
+                        action="removed now")
+            with self.store.transaction():
+                self.store.set_status(topology_id, Status.KILLED.value, None)
+                self.store.set_action(Action(topology_id, "remove", now, {}))
 
     def start(self, address: tuple[str, int]) -> None:
         """Start timers; ``address`` is where clients reach this nimbus."""
@@ -115,11 +190,13 @@ class NimbusHandler:
 
     def close(self) -> None:
         self.timers.stop()
+        self.background.close(CLOSE_WAIT_SECS)
 
     def _sweep(self) -> None:
-        # Under the submit lock: a submit that found its upload complete must not see
-        # it deleted by the retention sweep before the topology row references it.
-        with self._lock:
+        # Under the name table's lock: a submit that found its upload complete checks it
+        # again under this lock before its row references it, so the retention sweep
+        # cannot delete it in between.
+        with self._names_lock:
             self.transfers.sweep()
 
     # --- submit ---------------------------------------------------------------------
@@ -143,43 +220,112 @@ class NimbusHandler:
                                   "nor INACTIVE (2)")
         status = Status.ACTIVE if initial == self.idl.TopologyInitialStatus.ACTIVE \
             else Status.INACTIVE
-        with self._lock:
+        self._check_components(topology)
+        try:
+            memory = self.launcher.memory_request(conf)
+        except ValueError as exc:
+            raise InvalidTopology(str(exc)) from None
+        self._check_name_free(name)          # early, before the costly code check
+        upload = self._upload_at(uploadedJarLocation)
+        plan = self._check_code(topology, conf, upload.id)
+        with self._names_lock:
             self._check_name_free(name)
-            upload = self.transfers.completed(uploadedJarLocation) \
-                if isinstance(uploadedJarLocation, str) else None
-            if upload is None:
-                raise InvalidTopology(
-                    f"uploaded code location {uploadedJarLocation!r} is unknown, unfinished "
-                    "or expired: upload the code with beginFileUpload, uploadChunk and "
-                    "finishFileUpload, then submit with the location beginFileUpload returned")
+            if self._upload_at(uploadedJarLocation).id != upload.id:
+                raise InvalidTopology("the uploaded code changed during the submit")
+            # Under the name table's lock: two submits cannot both take the last room.
+            check_admission(memory, self._kept_confs(), self.launcher.memory_request,
+                            max_topologies=self.config.max_topologies,
+                            budget=self._memory_budget)
+            with self.store.transaction():
+                now = self.clock()
+                topology_id = f"{name}-{self.store.next_counter()}-{int(now)}"
+                full_conf = {**plan.conf,
+                             "topology.name": name,
+                             "storm.id": topology_id,
+                             "nimbus-thrift.code.location": upload.location,
+                             "nimbus-thrift.code.sha256": upload.sha256}
+                rec = TopologyRecord(
+                    id=topology_id, name=name, status=status.value, prev_status=None,
+                    owner=str(conf.get("topology.submitter.user") or ""),
+                    submitted_at=now, num_workers=plan.num_workers,
+                    executors=plan.executors, tasks=plan.tasks, conf=full_conf,
+                    topology=serialize(topology, self._protocol),
+                    code_upload=upload.id, code_sha256=upload.sha256 or "",
+                    code_bytes=upload.bytes)
+                # The directory first: a row always has one (a crash before the commit
+                # leaves only a directory, which the next start sweeps).
+                work_dir = self._make_work_dir(topology_id)
+                try:
+                    self.store.insert_topology(rec)
+                except BaseException:
+                    shutil.rmtree(work_dir, ignore_errors=True)
+                    raise
+        log.info("topology_submitted", topology=topology_id, status=status.value,
+                 components=len(plan.components), executors=sum(plan.executors.values()),
+                 code_sha256=upload.sha256)
+        # The plan of the record: its conf is the one stored (the submitted one with
+        # the name, id and code location), as when it is made from the record.
+        spec = self._spec(rec, dataclasses.replace(plan, conf=full_conf))
+        self._in_background(topology_id, "launch", self._launcher_call, topology_id,
+                            self.launcher.launch, spec
+                            ).wait(self.config.launcher_reply_wait_secs)
+
+    def _kept_confs(self) -> Iterator[dict[str, Any]]:
+        for topology_id in self.store.topology_ids():
+            rec = self.store.topology(topology_id)
+            yield rec.conf if rec is not None else {}
+
+    def _check_components(self, topology: Any) -> None:
+        count = sum(len(getattr(topology, part, None) or {})
+                    for part in ("spouts", "bolts", "state_spouts"))
+        if count > self.config.max_components:
+            raise InvalidTopology(f"the topology has {count} components; the limit is "
+                                  f"{self.config.max_components} (max_components)")
+
+    def _upload_at(self, location: Any) -> Any:
+        upload = self.transfers.completed(location) if isinstance(location, str) else None
+        if upload is None:
+            raise InvalidTopology(
+                f"uploaded code location {location!r} is unknown, unfinished "
+                "or expired: upload the code with beginFileUpload, uploadChunk and "
+                "finishFileUpload, then submit with the location beginFileUpload returned")
+        return upload
+
+    def _check_code(self, topology: Any, conf: dict[str, Any], upload_id: str
+                    ) -> TopologyPlan:
+        """Validate the topology against its code: no lock held, a bounded number at
+        once, each module parsed at most once."""
+        if not self._code_checks.acquire(timeout=CODE_CHECK_WAIT_SECS):
+            raise InvalidTopology(
+                f"{CODE_CHECK_SLOTS} other submits have been checking their code for over "
+                f"{CODE_CHECK_WAIT_SECS:.0f} s (at most {CODE_CHECK_SLOTS} are checked at "
+                "once); submit again later")
+        try:
             try:
-                code = CodeArchive.open(self.transfers.code_path(upload.id))
+                code = CodeArchive.open(
+                    self.transfers.code_path(upload_id),
+                    max_parse_bytes=self.config.max_code_parse_bytes,
+                    max_parse_total=self.config.max_code_parse_total_bytes)
             except CodeError as exc:
                 raise InvalidTopology(str(exc)) from None
-            plan = check_topology(topology, conf, code)
-            now = self.clock()
-            topology_id = f"{name}-{self.store.next_counter()}-{int(now)}"
-            full_conf = {**plan.conf,
-                         "topology.name": name,
-                         "storm.id": topology_id,
-                         "nimbus-thrift.code.location": upload.location,
-                         "nimbus-thrift.code.sha256": upload.sha256}
-            rec = TopologyRecord(
-                id=topology_id, name=name, status=status.value, prev_status=None,
-                owner=str(conf.get("topology.submitter.user") or ""), submitted_at=now,
-                num_workers=plan.num_workers, executors=plan.executors, tasks=plan.tasks,
-                conf=full_conf, topology=serialize(topology, self._protocol),
-                code_upload=upload.id, code_sha256=upload.sha256 or "",
-                code_bytes=upload.bytes)
-            self.store.insert_topology(rec)
-            self._work_dir(topology_id).mkdir(parents=True, exist_ok=True)
-            log.info("topology_submitted", topology=topology_id, status=status.value,
-                     components=len(plan.components), executors=sum(plan.executors.values()),
-                     code_sha256=upload.sha256)
-            # The plan of the record: its conf is the one stored (the submitted one with
-            # the name, id and code location), as when it is made from the record.
-            self._launcher_call(topology_id, self.launcher.launch,
-                                self._spec(rec, dataclasses.replace(plan, conf=full_conf)))
+            with code:
+                return check_topology(topology, conf, code)
+        finally:
+            self._code_checks.release()
+
+    def _make_work_dir(self, topology_id: str) -> Path:
+        path = self._work_dir(topology_id)
+        try:
+            path.mkdir()
+        except OSError as exc:
+            log.warning("work_dir_failed", topology=topology_id, path=str(path),
+                        error=str(exc))
+            size = len(topology_id.encode("utf-8", "surrogatepass"))
+            raise InvalidTopology(
+                f"the topology's work directory cannot be created for id "
+                f"{topology_id!r} ({size} bytes): {exc.strerror or type(exc).__name__}; "
+                "a shorter name may fit") from None
+        return path
 
     def _check_name_free(self, name: str) -> None:
         rec = self.store.topology_named(name)
@@ -194,13 +340,22 @@ class NimbusHandler:
             msg=f"topology {name!r} already exists ({rec.id}, {rec.status}{detail})")
 
     # --- lifecycle ------------------------------------------------------------------
+    @contextmanager
+    def _locked(self, name: Any) -> Iterator[TopologyRecord]:
+        """Hold the topology named ``name``'s lock; yield its record as of now."""
+        rec = self._alive(name)
+        with self._locks.hold(rec.id):
+            current = self.store.topology(rec.id)
+            if current is None:         # removed while this call waited for the lock
+                raise self.idl.NotAliveException(msg=f"no topology named {name!r}")
+            yield current
+
     def killTopology(self, name: str) -> None:
         self.killTopologyWithOpts(name, None)
 
     @_client_errors
     def killTopologyWithOpts(self, name: str, options: Any) -> None:
-        with self._lock:
-            rec = self._alive(name)
+        with self._locked(name) as rec:
             wait = getattr(options, "wait_secs", None)
             if wait is None:
                 wait = rec.conf.get("topology.message.timeout.secs",
@@ -212,11 +367,10 @@ class NimbusHandler:
                 self.store.set_status(rec.id, Status.KILLED.value, None)
                 self.store.set_action(Action(rec.id, "remove", due, {}))
             self.timers.arm(rec.id, due)
-            log.info("topology_killed", topology=rec.id, wait_secs=wait,
-                     previous=rec.status)
-            if rec.status != Status.KILLED.value:
-                # Spouts stop while in-flight tuples drain, as Storm does during the wait.
-                self._launcher_call(rec.id, self.launcher.pause, rec.id)
+        log.info("topology_killed", topology=rec.id, wait_secs=wait, previous=rec.status)
+        if rec.status != Status.KILLED.value:
+            # Spouts stop while in-flight tuples drain, as Storm does during the wait.
+            self._reply_after(rec.id, self.launcher.pause, rec.id)
 
     @_client_errors
     def activate(self, name: str) -> None:
@@ -227,21 +381,19 @@ class NimbusHandler:
         self._toggle(name, Event.DEACTIVATE)
 
     def _toggle(self, name: str, event: Event) -> None:
-        with self._lock:
-            rec = self._alive(name)
+        with self._locked(name) as rec:
             target = next_status(name, Status(rec.status), event)
             assert isinstance(target, Status)
             if target.value == rec.status:
                 return
             self.store.set_status(rec.id, target.value, None)
-            log.info("topology_" + event.value + "d", topology=rec.id)
-            self._launcher_call(rec.id, self.launcher.resume if event is Event.ACTIVATE
-                                else self.launcher.pause, rec.id)
+        log.info("topology_" + event.value + "d", topology=rec.id)
+        self._reply_after(rec.id, self.launcher.resume if event is Event.ACTIVATE
+                          else self.launcher.pause, rec.id)
 
     @_client_errors
     def rebalance(self, name: str, options: Any) -> None:
-        with self._lock:
-            rec = self._alive(name)
+        with self._locked(name) as rec:
             wait = getattr(options, "wait_secs", None)
             workers = getattr(options, "num_workers", None)
             executors = getattr(options, "num_executors", None) or {}
@@ -252,6 +404,13 @@ class NimbusHandler:
                 raise InvalidTopology(f"wait_secs must not be negative, not {wait}")
             if workers is not None and workers <= 0:
                 raise InvalidTopology(f"num_workers must be at least 1, not {workers}")
+            if workers is not None:
+                check_count("num_workers", workers, MAX_WORKERS, "workers")
+            # The same bounds as at submit: what a rebalance asks for ends in i32 fields
+            # and in loops over executors too.
+            after = {**rec.executors, **executors}
+            check_count("the executors after the rebalance", sum(after.values()),
+                        MAX_EXECUTORS_PER_TOPOLOGY, "executors per topology")
             for component, count in sorted(executors.items()):
                 if component not in rec.tasks:
                     raise InvalidTopology(f"topology {name!r} has no component {component!r}"
@@ -278,37 +437,55 @@ class NimbusHandler:
                 self.store.set_action(Action(rec.id, "rebalance", due, {
                     "num_workers": workers, "num_executors": dict(executors)}))
             self.timers.arm(rec.id, due)
-            log.info("topology_rebalancing", topology=rec.id, wait_secs=wait,
-                     num_workers=workers, num_executors=dict(executors))
-            self._launcher_call(rec.id, self.launcher.pause, rec.id)
+        log.info("topology_rebalancing", topology=rec.id, wait_secs=wait,
+                 num_workers=workers, num_executors=dict(executors))
+        self._reply_after(rec.id, self.launcher.pause, rec.id)
 
     def run_action(self, topology_id: str) -> None:
-        """Run the topology's pending action if it is due (called by the timers)."""
-        with self._lock:
+        """Run the topology's pending action if it is due (called by the timers). The
+        state change is committed here; the launcher's part runs in the background."""
+        with self._locks.hold(topology_id):
             action = self.store.action(topology_id)
             rec = self.store.topology(topology_id)
             if action is None or rec is None or action.due_at > self.clock():
                 return
             if action.kind == "remove":
-                self._remove(rec)
+                assert next_status(rec.name, Status(rec.status), Event.REMOVE) == GONE
+                with self._removing_lock:
+                    if topology_id in self._removing:
+                        return              # its stop is under way already
+                    self._removing.add(topology_id)
             elif action.kind == "rebalance":
                 self._apply_rebalance(rec, action)
+                return
             else:
                 log.error("unknown_action", topology=topology_id, kind=action.kind)
                 self.store.clear_action(topology_id)
+                return
+        self._in_background(topology_id, "stop", self._remove, topology_id)
 
-    def _remove(self, rec: TopologyRecord) -> None:
-        assert next_status(rec.name, Status(rec.status), Event.REMOVE) == GONE
-        if not self._launcher_call(rec.id, self.launcher.stop, rec.id,
-                                   self.config.stop_grace_secs):
-            due = self.clock() + REMOVE_RETRY_SECS
-            self.store.set_action(Action(rec.id, "remove", due, {}))
-            self.timers.arm(rec.id, due)
-            return
-        self.store.delete_topology(rec.id)
-        self._structs.pop(rec.id, None)
-        shutil.rmtree(self._work_dir(rec.id), ignore_errors=True)
-        log.info("topology_removed", topology=rec.id)
+    def _remove(self, topology_id: str) -> None:
+        """Stop the topology's processes, then delete its work directory, then its row
+        (a crash in between leaves a row without a directory: swept at start)."""
+        try:
+            stopped = self._launcher_call(topology_id, self.launcher.stop, topology_id,
+                                          self.config.stop_grace_secs)
+            with self._locks.hold(topology_id):
+                if self.store.topology(topology_id) is None:
+                    return
+                if not stopped:
+                    due = self.clock() + REMOVE_RETRY_SECS
+                    self.store.set_action(Action(topology_id, "remove", due, {}))
+                    self.timers.arm(topology_id, due)
+                    return
+                shutil.rmtree(self._work_dir(topology_id), ignore_errors=True)
+                self.store.delete_topology(topology_id)
+                self._structs.pop(topology_id, None)
+                self._counts.forget(topology_id)
+            log.info("topology_removed", topology=topology_id)
+        finally:
+            with self._removing_lock:
+                self._removing.discard(topology_id)
 
     def _apply_rebalance(self, rec: TopologyRecord, action: Action) -> None:
         target = next_status(rec.name, Status(rec.status), Event.DO_REBALANCE)
@@ -322,9 +499,17 @@ class NimbusHandler:
             self.store.clear_action(rec.id)
         log.info("topology_rebalanced", topology=rec.id, num_workers=workers,
                  executors=executors, status=restored)
-        updated = self.store.topology(rec.id)
-        assert updated is not None
-        self._launcher_call(rec.id, self.launcher.rebalance, self._spec(updated))
+        self._in_background(rec.id, "rebalance", self._rebalance_now, rec.id)
+
+    def _rebalance_now(self, topology_id: str) -> None:
+        rec = self.store.topology(topology_id)
+        if rec is not None:             # its spec as of now: later changes are queued
+            self._launcher_call(rec.id, self.launcher.rebalance, self._spec(rec))
+
+    def _launch_now(self, topology_id: str) -> None:
+        rec = self.store.topology(topology_id)
+        if rec is not None:
+            self._launcher_call(rec.id, self.launcher.launch, self._spec(rec))
 
     def _alive(self, name: Any) -> TopologyRecord:
         rec = self.store.topology_named(name) if isinstance(name, str) else None
@@ -358,157 +543,6 @@ class NimbusHandler:
     @_client_errors
     def downloadChunk(self, id: str) -> bytes:
         return self.transfers.download_chunk(id)
-
-    # --- queries --------------------------------------------------------------------
-    def getNimbusConf(self) -> str:
-        host, port = self.address
-        storm = {
-            "nimbus.seeds": [host],
-            "nimbus.thrift.port": port,
-            "nimbus.thrift.max_buffer_size": self.config.max_frame_size,
-            "nimbus.thrift.threads": self.config.worker_threads,
-            "nimbus.file.copy.expiration.secs": self.config.file_copy_expiration_secs,
-            "storm.local.dir": str(self.config.data_dir),
-            "storm.thrift.transport": "framed, binary protocol",
-            **TOPOLOGY_DEFAULTS,
-        }
-        ours = {f"nimbus-thrift.{key}": value
-                for key, value in to_public(self.config).items()}
-        return json.dumps({**storm, **ours, "nimbus-thrift.version": __version__,
-                           "nimbus-thrift.bound.port": port}, sort_keys=True)
-
-    def getClusterInfo(self) -> Any:
-        nodes = self.launcher.nodes()
-        now = self.clock()
-        supervisors = [self.idl.SupervisorSummary(
-            host=n.host, uptime_secs=_secs(now - n.started_at), num_workers=n.slots,
-            num_used_workers=n.used_slots, supervisor_id=n.node_id,
-            version=n.version or "VERSION_NOT_PROVIDED") for n in nodes]
-        topologies = [self._summary(rec, now) for rec in self.store.topologies()]
-        return self.idl.ClusterSummary(
-            supervisors=supervisors, nimbus_uptime_secs=_secs(now - self.started_at),
-            topologies=topologies, nimbuses=[self.getLeader()])
-
-    def getLeader(self) -> Any:
-        host, port = self.address
-        return self.idl.NimbusSummary(host=host, port=port,
-                                      uptime_secs=_secs(self.clock() - self.started_at),
-                                      isLeader=True, version=__version__)
-
-    def isTopologyNameAllowed(self, name: str) -> bool:
-        try:
-            check_name(name)
-        except InvalidTopology:
-            return False
-        return self.store.topology_named(name) is None
-
-    def getTopologyInfo(self, id: str) -> Any:
-        rec = self._by_id(id)
-        now = self.clock()
-        run = self._run_status(rec)
-        executors = []
-        if run.assigned:
-            uptime = _secs(now - (run.started_at or now))
-            ranges = task_ranges(rec.tasks, rec.executors)
-            per_component: dict[str, int] = {}
-            for component, _, _ in ranges:
-                per_component[component] = per_component.get(component, 0) + 1
-            seen: dict[str, int] = {}
-            for component, first, last in ranges:
-                index = seen[component] = seen.get(component, -1) + 1
-                executors.append(self.idl.ExecutorSummary(
-                    executor_info=self.idl.ExecutorInfo(task_start=first, task_end=last),
-                    component_id=component, host=run.host, port=run.port,
-                    uptime_secs=uptime,
-                    stats=self._executor_stats(rec, run, component, index,
-                                               per_component[component])))
-        errors: dict[str, list[Any]] = {}
-        for component, message, when in [*self.store.errors(rec.id), *run.errors]:
-            errors.setdefault(component, []).append(
-                self.idl.ErrorInfo(error=message, error_time_secs=int(when)))
-        return self.idl.TopologyInfo(
-            id=rec.id, name=rec.name, uptime_secs=_secs(now - rec.submitted_at),
-            executors=executors, status=rec.status, errors=errors,
-            sched_status=run.detail, owner=rec.owner)
-
-    def getTopologyConf(self, id: str) -> str:
-        return json.dumps(self._by_id(id).conf, sort_keys=True)
-
-    def getTopology(self, id: str) -> Any:
-        # Storm adds its system components (ackers, metrics) here; there are none on Spark.
-        return self.getUserTopology(id)
-
-    def getUserTopology(self, id: str) -> Any:
-        return self._topology_struct(self._by_id(id))
-
-    def _by_id(self, topology_id: Any) -> TopologyRecord:
-        rec = self.store.topology(topology_id) if isinstance(topology_id, str) else None
-        if rec is None:
-            raise self.idl.NotAliveException(msg=f"no topology with id {topology_id!r}")
-        return rec
-
-    def _summary(self, rec: TopologyRecord, now: float) -> Any:
-        run = self._run_status(rec)
-        return self.idl.TopologySummary(
-            id=rec.id, name=rec.name, num_tasks=sum(rec.tasks.values()),
-            num_executors=sum(rec.executors.values()), num_workers=rec.num_workers,
-            uptime_secs=_secs(now - rec.submitted_at), status=rec.status,
-            sched_status=run.detail, owner=rec.owner)
-
-    def _executor_stats(self, rec: TopologyRecord, run: RunStatus, component: str,
-                        index: int, count: int) -> Any:
-        stats = run.components.get(component)
-        if stats is None:
-            return None
-        # The launcher counts per component; executors get even shares so that sums over
-        # executors (what Storm's UI and tools compute) come out exact.
-        def share(total: int) -> int:
-            return total // count + (1 if index < total % count else 0)
-        emitted = {ALL_TIME: {"default": share(stats.emitted)}}
-        idl = self.idl
-        kind = "spout" if component in self._spouts(rec) else "bolt"
-        if kind == "spout":
-            specific = idl.ExecutorSpecificStats(spout=idl.SpoutStats(
-                acked={ALL_TIME: {"default": share(stats.processed)}}, failed={},
-                complete_ms_avg={ALL_TIME: {"default": stats.latency_ms}}))
-        else:
-            sources = [idl.GlobalStreamId(componentId=k.componentId, streamId=k.streamId)
-                       for k in self._inputs(rec, component)]
-            first = sources[:1]
-            specific = idl.ExecutorSpecificStats(bolt=idl.BoltStats(
-                acked={}, failed={},
-                process_ms_avg={ALL_TIME: {s: stats.latency_ms for s in first}},
-                executed={ALL_TIME: {s: share(stats.processed) for s in first}},
-                execute_ms_avg={ALL_TIME: {s: stats.latency_ms for s in first}}))
-        return idl.ExecutorStats(emitted=emitted, transferred=emitted, specific=specific,
-                                 rate=stats.rate / count)
-
-    def _stateful(self, rec: TopologyRecord, component: str) -> bool:
-        """True for a component the DSL marked stateful (in its json_conf)."""
-        bolt = (self._topology_struct(rec).bolts or {}).get(component)
-        if bolt is None or bolt.common is None or not bolt.common.json_conf:
-            return False
-        try:
-            conf = json.loads(bolt.common.json_conf)
-        except ValueError:
-            return False
-        return isinstance(conf, dict) and conf.get(STATEFUL_KEY) is True
-
-    def _spouts(self, rec: TopologyRecord) -> set[str]:
-        return set(self._topology_struct(rec).spouts or {})
-
-    def _inputs(self, rec: TopologyRecord, component: str) -> list[Any]:
-        bolt = (self._topology_struct(rec).bolts or {}).get(component)
-        return sorted((bolt.common.inputs or {}) if bolt else {},
-                      key=lambda g: (g.componentId, g.streamId))
-
-    def _topology_struct(self, rec: TopologyRecord) -> Any:
-        # A topology id's structure never changes; decode it once.
-        struct = self._structs.get(rec.id)
-        if struct is None:
-            struct = self._structs[rec.id] = deserialize(
-                self.idl.StormTopology(), rec.topology, self._protocol)
-        return struct
 
     # --- launcher -------------------------------------------------------------------
     def _work_dir(self, topology_id: str) -> Path:
@@ -551,16 +585,20 @@ class NimbusHandler:
                                      int(self.clock()))
             return False
 
-    def _run_status(self, rec: TopologyRecord) -> RunStatus:
-        try:
-            return self.launcher.status(rec.id)
-        except Exception as exc:  # noqa: BLE001 - a query must still answer
-            log.warning("launcher_status_failed", topology=rec.id, error=str(exc))
-            return RunStatus(state="unknown",
-                             detail=f"unknown: the launcher failed ({type(exc).__name__}: "
-                                    f"{exc})")
+    def _in_background(self, topology_id: str, what: str,
+                       func: Callable[P, object], *args: P.args, **kwargs: P.kwargs
+                       ) -> Any:
+        """Queue ``func`` on the topology's launcher queue (after its earlier calls)."""
+        return self.background.submit(topology_id, lambda: func(*args, **kwargs), what)
 
-
-def _secs(seconds: float) -> int:
-    """Seconds as the IDL's i32, never negative (clocks can step back)."""
-    return max(0, min(int(seconds), 2**31 - 1))
+    def _reply_after(self, topology_id: str, method: Callable[P, object],
+                     *args: P.args, **kwargs: P.kwargs) -> None:
+        """Queue a launcher call and wait a moment for it, so a quick launcher's outcome
+        is in the reply; a slow one goes on after the reply."""
+        job = self.background.submit(
+            topology_id, lambda: self._launcher_call(topology_id, method, *args, **kwargs),
+            method.__name__)
+        if not job.wait(self.config.launcher_reply_wait_secs):
+            log.info("launcher_call_continues", topology=topology_id,
+                     method=method.__name__,
+                     waited_secs=self.config.launcher_reply_wait_secs)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ..topology.validate import InvalidTopology, TopologyPlan
@@ -122,3 +123,14 @@ class Launcher(Protocol):
     def status(self, topology_id: str) -> RunStatus: ...
     def nodes(self) -> list[WorkerNode]: ...
     def close(self) -> None: ...
+
+    def memory_request(self, conf: Mapping[str, Any]) -> int:
+        """Bytes of this machine's memory a topology with ``conf`` would take once
+        launched (0 when it takes none here, or the launcher cannot tell); the daemon
+        admits topologies against ``spark_memory_budget`` with it.
+
+        Raises:
+            ValueError: a setting in ``conf`` that sizes memory is invalid (a sentence
+            naming it; the submit is refused with it).
+        """
+        ...

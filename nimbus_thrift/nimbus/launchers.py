@@ -15,7 +15,7 @@ starts. The daemon imports this module; launchers import :mod:`.launcher`, not t
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from .launcher import Launcher, LauncherError, LaunchSpec, RunStatus, WorkerNode
 
@@ -50,6 +50,9 @@ class UnscheduledLauncher:
 
     def nodes(self) -> list[WorkerNode]:
         return []
+
+    def memory_request(self, conf: Mapping[str, Any]) -> int:
+        return 0
 
     def close(self) -> None:
         pass

@@ -12,8 +12,18 @@ Tables::
     errors      errors reported for a topology's components
     uploads     code uploads: 'open' (chunks arriving) or 'complete' (checksummed)
 
-One connection, serialised by a lock: every statement here takes microseconds, and the
-RPC workers would only queue on SQLite's own lock otherwise.
+Writes go through one connection, serialised by a lock: every statement takes
+microseconds (plus a commit's fsync), and the RPC workers would only queue on SQLite's
+own lock otherwise. Reads never wait behind a writer: outside a transaction they use
+a pooled read-only connection of their own (WAL lets readers see the last commit while
+a write is in progress); a read inside a transaction of the same thread uses the
+writer's connection, so it sees that transaction's uncommitted rows. SQLite connections
+are not shared between threads at once: each pooled connection is lent to one thread
+at a time.
+
+A topology's conf and structure never change once stored (an id is never reused), so
+they are cached, parsed, per id (bounded by bytes; dropped when the row is deleted):
+queries then read only the small columns that do change. Listing reads only those.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +84,18 @@ CREATE TABLE IF NOT EXISTS uploads (
 
 #: Errors kept per topology: the newest, so a crash loop cannot grow the database.
 MAX_ERRORS_PER_TOPOLOGY = 100
+#: Idle read-only connections kept for reuse: a connection costs ~100 us to open, and
+#: more than this many concurrent readers are rare (extra ones are closed after use).
+MAX_IDLE_READERS = 16
+#: Bytes of stored conf and topology kept parsed in memory (least recently used go
+#: first): 50 topologies with 1 MB confs fit; past that a query re-reads the row.
+STATIC_CACHE_BYTES = 64 << 20
+
+#: The columns of a topology that change after submit, in table order, then the size
+#: of the immutable ones (for the cache's accounting).
+_MUTABLE_COLUMNS = ("id, name, status, prev_status, owner, submitted_at, num_workers, "
+                    "executors, tasks, code_upload, code_sha256, code_bytes, "
+                    "length(conf) + length(topology)")
 
 
 class StoreError(Exception):
@@ -95,6 +118,22 @@ class TopologyRecord:
     code_upload: str
     code_sha256: str
     code_bytes: int
+
+
+@dataclass(frozen=True)
+class TopologyListing:
+    """The small columns of a topology row, as stored (not decoded: a listing must
+    survive a row it cannot decode; the reader checks each value)."""
+
+    id: Any
+    name: Any
+    status: Any
+    prev_status: Any
+    owner: Any
+    submitted_at: Any
+    num_workers: Any
+    executors: Any                  # JSON text
+    tasks: Any                      # JSON text
 
 
 @dataclass(frozen=True)
@@ -136,6 +175,13 @@ class Store:
             raise StoreError(f"cannot open the state database {path}: {exc}") from None
         self._lock = threading.RLock()
         self._depth = 0
+        self._owner: int | None = None      # the thread inside a transaction
+        self._pool_lock = threading.Lock()
+        self._readers: list[sqlite3.Connection] = []
+        self._closed = False
+        self._static: OrderedDict[str, tuple[int, dict[str, Any], bytes]] = OrderedDict()
+        self._static_bytes = 0
+        self._static_lock = threading.Lock()
         try:
             with self.transaction():
                 for statement in filter(str.strip, _SCHEMA.split(";")):
@@ -153,6 +199,11 @@ class Store:
             raise
 
     def close(self) -> None:
+        with self._pool_lock:
+            self._closed = True
+            readers, self._readers = self._readers, []
+        for conn in readers:
+            conn.close()
         with self._lock:
             self._db.close()
 
@@ -162,25 +213,63 @@ class Store:
         with self._lock:
             if self._depth == 0:
                 self._db.execute("BEGIN IMMEDIATE")
+                self._owner = threading.get_ident()
             self._depth += 1
             try:
                 yield
             except BaseException:
                 self._depth -= 1
                 if self._depth == 0:
+                    self._owner = None
                     self._db.execute("ROLLBACK")
                 raise
             self._depth -= 1
             if self._depth == 0:
+                self._owner = None
                 self._db.execute("COMMIT")
 
     def _run(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         with self.transaction():
             return self._db.execute(sql, params)
 
+    def _in_transaction(self) -> bool:
+        return self._owner == threading.get_ident()
+
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-        with self._lock:
-            return self._db.execute(sql, params).fetchall()
+        if self._in_transaction():
+            with self._lock:
+                return self._db.execute(sql, params).fetchall()
+        conn = self._lend_reader()
+        try:
+            return conn.execute(sql, params).fetchall()
+        finally:
+            self._return_reader(conn)
+
+    def _lend_reader(self) -> sqlite3.Connection:
+        with self._pool_lock:
+            if self._closed:
+                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+            if self._readers:
+                return self._readers.pop()
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            # The writer's settings, so that a read answers the same; query_only makes
+            # a write through a reader an error rather than a second writer.
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA busy_timeout=5000")
+            conn.execute("PRAGMA query_only=ON")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _return_reader(self, conn: sqlite3.Connection) -> None:
+        with self._pool_lock:
+            if not self._closed and len(self._readers) < MAX_IDLE_READERS:
+                self._readers.append(conn)
+                return
+        conn.close()
 
     # --- ids ------------------------------------------------------------------------
     def next_counter(self) -> int:
@@ -200,16 +289,80 @@ class Store:
                    rec.code_upload, rec.code_sha256, rec.code_bytes))
 
     def topology(self, topology_id: str) -> TopologyRecord | None:
-        rows = self._query("SELECT * FROM topologies WHERE id=?", (topology_id,))
-        return _topology(rows[0]) if rows else None
+        rows = self._query(f"SELECT {_MUTABLE_COLUMNS} FROM topologies WHERE id=?",
+                           (topology_id,))
+        return self._record(rows[0]) if rows else None
 
     def topology_named(self, name: str) -> TopologyRecord | None:
-        rows = self._query("SELECT * FROM topologies WHERE name=?", (name,))
-        return _topology(rows[0]) if rows else None
+        rows = self._query(f"SELECT {_MUTABLE_COLUMNS} FROM topologies WHERE name=?",
+                           (name,))
+        return self._record(rows[0]) if rows else None
+
+    def name_taken(self, name: str) -> bool:
+        return bool(self._query("SELECT 1 FROM topologies WHERE name=?", (name,)))
 
     def topologies(self) -> list[TopologyRecord]:
-        return [_topology(r) for r in
-                self._query("SELECT * FROM topologies ORDER BY submitted_at, id")]
+        records = [self._record(r) for r in self._query(
+            f"SELECT {_MUTABLE_COLUMNS} FROM topologies ORDER BY submitted_at, id")]
+        return [rec for rec in records if rec is not None]
+
+    def topology_ids(self) -> list[str]:
+        """Every topology's id, in submission order (nothing decoded)."""
+        return [r[0] for r in self._query(
+            "SELECT id FROM topologies ORDER BY submitted_at, id")]
+
+    def listing(self) -> list[TopologyListing]:
+        """The small columns of every topology, in submission order, undecoded."""
+        return [TopologyListing(*r) for r in self._query(
+            "SELECT id, name, status, prev_status, owner, submitted_at, num_workers, "
+            "executors, tasks FROM topologies ORDER BY submitted_at, id")]
+
+    def _record(self, row: Any) -> TopologyRecord | None:
+        """The record of ``row`` (the small columns); None if it was deleted meanwhile."""
+        (tid, name, status, prev, owner, submitted, workers, executors, tasks,
+         upload, sha, size, static_bytes) = row
+        static = self._static_of(tid, static_bytes or 0)
+        if static is None:
+            return None
+        conf, topology = static
+        return TopologyRecord(tid, name, status, prev, owner, submitted, workers,
+                              json.loads(executors), json.loads(tasks), conf, topology,
+                              upload, sha, size)
+
+    def _static_of(self, topology_id: str, size: int
+                   ) -> tuple[dict[str, Any], bytes] | None:
+        """The topology's conf (parsed) and structure (bytes), from the cache or read."""
+        with self._static_lock:
+            cached = self._static.get(topology_id)
+            if cached is not None:
+                self._static.move_to_end(topology_id)
+                return cached[1], cached[2]
+        rows = self._query("SELECT conf, topology FROM topologies WHERE id=?",
+                           (topology_id,))
+        if not rows:       # deleted between the two reads: as if read a moment later
+            return None
+        conf, topology = json.loads(rows[0][0]), bytes(rows[0][1])
+        # Not inside a transaction: what it reads may still be rolled back.
+        if not self._in_transaction() and size <= STATIC_CACHE_BYTES // 4:
+            with self._static_lock:
+                if topology_id not in self._static:
+                    self._static[topology_id] = (size, conf, topology)
+                    self._static_bytes += size
+                while self._static_bytes > STATIC_CACHE_BYTES and self._static:
+                    _, (old, _, _) = self._static.popitem(last=False)
+                    self._static_bytes -= old
+        return conf, topology
+
+    def _forget(self, topology_id: str) -> None:
+        with self._static_lock:
+            cached = self._static.pop(topology_id, None)
+            if cached is not None:
+                self._static_bytes -= cached[0]
+
+    def cached_ids(self) -> set[str]:
+        """Ids whose conf and structure are cached (for tests and diagnostics)."""
+        with self._static_lock:
+            return set(self._static)
 
     def set_status(self, topology_id: str, status: str, prev_status: str | None) -> None:
         self._run("UPDATE topologies SET status=?, prev_status=? WHERE id=?",
@@ -222,6 +375,7 @@ class Store:
 
     def delete_topology(self, topology_id: str) -> None:
         self._run("DELETE FROM topologies WHERE id=?", (topology_id,))
+        self._forget(topology_id)
 
     # --- actions (durable timers) ----------------------------------------------------
     def set_action(self, action: Action) -> None:
@@ -288,14 +442,6 @@ class Store:
     def upload_in_use(self, upload_id: str) -> bool:
         return bool(self._query("SELECT 1 FROM topologies WHERE code_upload=? LIMIT 1",
                                 (upload_id,)))
-
-
-def _topology(row: Any) -> TopologyRecord:
-    (tid, name, status, prev, owner, submitted, workers, executors, tasks, conf,
-     topology, upload, sha, size) = row
-    return TopologyRecord(tid, name, status, prev, owner, submitted, workers,
-                          json.loads(executors), json.loads(tasks), json.loads(conf),
-                          bytes(topology), upload, sha, size)
 
 
 def _action(row: Any) -> Action:

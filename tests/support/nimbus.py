@@ -131,6 +131,10 @@ class FakeLauncher:
         return RunStatus(state=state, detail=f"fake: {state}", started_at=None,
                          host="127.0.0.1", port=4040, components=self.stats.get(topology_id, {}))
 
+    def memory_request(self, conf: Any) -> int:
+        # A test's topologies take what their conf says, in plain bytes.
+        return int(conf.get("fake.memory.bytes", 0))
+
     def nodes(self) -> list[WorkerNode]:
         return [WorkerNode("worker-1", "127.0.0.1", 0.0, 4, len(
             [s for s in self.state.values() if s in ("running", "paused")]), "fake-1")]
@@ -159,3 +163,29 @@ def port_of(daemon: NimbusDaemon) -> int:
     """The port an in-process daemon started on port 0 listens on."""
     assert daemon.handler is not None
     return daemon.handler.address[1]
+
+
+class BlockingLauncher(FakeLauncher):
+    """A FakeLauncher whose methods named in ``blocked`` wait until released: for
+    showing that a slow launcher operation holds no lock and no other topology's call.
+
+    ``entered[method]`` is set when a blocked call has started waiting."""
+
+    def __init__(self, *blocked: str, limit: float = 30.0) -> None:
+        super().__init__()
+        self.limit = limit
+        self.gates = {method: threading.Event() for method in blocked}
+        self.entered = {method: threading.Event() for method in blocked}
+
+    def release(self, method: str | None = None) -> None:
+        for name, gate in self.gates.items():
+            if method is None or name == method:
+                gate.set()
+
+    def _record(self, method: str, topology_id: str) -> None:
+        gate = self.gates.get(method)
+        if gate is not None:
+            self.entered[method].set()
+            if not gate.wait(self.limit):
+                raise RuntimeError(f"{method} was never released")
+        super()._record(method, topology_id)

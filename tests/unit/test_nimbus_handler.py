@@ -34,6 +34,7 @@ class Env:
         self.handler = NimbusHandler(N, self.config, self.store, self.launcher,
                                      clock=self.clock)
         self.handler.recover()
+        assert self.handler.background.wait_idle(10)
 
     def restart(self) -> None:
         """A new handler over the same data directory (what a daemon restart does)."""
@@ -63,8 +64,11 @@ class Env:
         return [t.name for t in self.handler.getClusterInfo().topologies]
 
     def tick(self, seconds: float) -> None:
+        """Advance the clock, fire what is due, and let the launcher calls it queued
+        (they run in the background) finish."""
         self.clock.advance(seconds)
         self.handler.timers.run_due()
+        assert self.handler.background.wait_idle(10)
 
 
 @pytest.fixture
@@ -242,7 +246,7 @@ def test_overdue_kill_fires_at_restart(env: Env) -> None:
     env.handler.killTopologyWithOpts("wc", N.KillOptions(wait_secs=5))
     env.clock.advance(500)      # the daemon was down past the deadline
     env.restart()
-    env.handler.timers.run_due()
+    env.tick(0)                 # fires what is due and waits for its launcher call
     assert env.names() == []
 
 
@@ -465,3 +469,43 @@ def _with_tasks(topology: Any, component: str, tasks: int) -> Any:
 def test_shell_helper_sanity() -> None:
     # The builders used above produce what the validator expects.
     assert shell("a.B").shell.execution_command == "python"
+
+
+# --- admission ------------------------------------------------------------------------
+
+def test_submits_past_max_topologies_are_refused_until_one_is_removed(tmp_path: Path) -> None:
+    env = Env(tmp_path / "data", max_topologies=2)
+    env.submit("a")
+    env.submit("b")
+    with pytest.raises(N.InvalidTopologyException, match=r"keeps 2 topologies, its limit "
+                                                         r"\(max_topologies\)"):
+        env.submit("c")
+    assert env.names() == ["a", "b"]
+    env.handler.killTopologyWithOpts("a", N.KillOptions(wait_secs=0))
+    with pytest.raises(N.InvalidTopologyException):     # killed, not yet removed
+        env.submit("c")
+    env.tick(0)
+    env.submit("c")
+    assert sorted(env.names()) == ["b", "c"]
+
+
+def test_submits_past_the_memory_budget_are_refused_saying_what_is_free(
+        tmp_path: Path) -> None:
+    # The fake launcher's topologies take conf["fake.memory.bytes"] of memory.
+    env = Env(tmp_path / "data", spark_memory_budget=10 << 30)
+    env.submit("big", conf={"fake.memory.bytes": 6 << 30})
+    with pytest.raises(N.InvalidTopologyException) as info:
+        env.submit("bigger", conf={"fake.memory.bytes": 5 << 30})
+    assert info.value.msg == (
+        "the topology needs 5.0 GiB of this machine's memory, and the 1 topologies here "
+        "take 6.0 GiB of the 10.0 GiB they may use (spark_memory_budget): 4.0 GiB are "
+        "free")
+    assert env.names() == ["big"]
+    env.submit("fits", conf={"fake.memory.bytes": 4 << 30})
+    assert sorted(env.names()) == ["big", "fits"]
+
+
+def test_a_memory_setting_the_launcher_cannot_read_refuses_the_submit(env: Env) -> None:
+    with pytest.raises(N.InvalidTopologyException, match="invalid literal"):
+        env.submit(conf={"fake.memory.bytes": "lots"})
+    assert env.names() == []

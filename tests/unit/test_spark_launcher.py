@@ -786,6 +786,7 @@ def test_rebalancing_a_stateful_bolt_is_refused(tmp_path: Path) -> None:
         handler.rebalance("wc", N.RebalanceOptions(wait_secs=0, num_workers=2,
                                                    num_executors={"count": 3, "split": 1}))
     finally:
+        handler.close()
         handler.store.close()
 
 
@@ -817,9 +818,11 @@ def test_handler_with_the_spark_launcher(tmp_path: Path, launchers: Launchers) -
         handler.killTopologyWithOpts("wc", N.KillOptions(wait_secs=0))
         assert RunDir(work).control_state() == "paused"
         handler.run_action(summary.id)
+        assert handler.background.wait_idle(60)       # the stop runs in the background
         assert not live(pid) and not work.exists()
         assert handler.getClusterInfo().topologies == []
     finally:
+        handler.close()
         handler.store.close()
 
 

@@ -68,6 +68,7 @@ from .install import (CLASS_ARCHIVE_DIR, MIRROR_DIR, default_submit, find_spark_
                       java_binary, mirror_spark_home, resolve_cache_dir, spark_version,
                       tidy_mirrors)
 from .master import cluster_nodes, local_node, local_threads, master_ui_url
+from .memory import memory_request
 from .processes import exit_text, proc_cmdline, proc_info, session_members, signal_session
 from .records import FINAL_STATES, Run
 from .status import (BANNER, MAX_ERRORS, SPARK_COMPONENT, failure_text, launch_stderr,
@@ -267,6 +268,10 @@ class SparkLauncher:
         if not alive:
             self._note_death(run)
         return run_status(run, alive, last, self.config, self.clock)
+
+    def memory_request(self, conf: Mapping[str, Any]) -> int:
+        """The driver's heap and its process overhead (:mod:`.memory`)."""
+        return memory_request(conf)
 
     def nodes(self) -> list[WorkerNode]:
         """Where topologies run: this machine for a local master, the alive workers of

@@ -1,6 +1,6 @@
 """How much of this machine's memory a topology's Spark application takes, read from its
 configuration before anything starts, so that the daemon can admit topologies against
-what the machine has instead of starting JVMs until it swaps.
+what the machine has (:mod:`..admission`) instead of starting JVMs until it swaps.
 
 The driver runs on this machine in every mode the launcher uses (``local[...]``, and
 client mode against a ``spark://`` master); in local mode the executors are threads of
@@ -11,7 +11,6 @@ the executors take the workers' memory, which the cluster's own scheduler admits
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, Mapping
 
 #: Spark's default ``spark.driver.memory``.
@@ -20,9 +19,6 @@ DEFAULT_DRIVER_MEMORY = 1 << 30
 #: threads, buffers) and the PySpark Python workers. Measured here: a word count on
 #: ``local[*]`` with the default 1 GiB heap peaked at about 1.7 GB RSS on 2 vCPUs.
 PROCESS_OVERHEAD = 704 << 20
-#: Of the machine's memory, the share topologies may take by default: the rest is the
-#: daemon's, the page cache's and everyone else's.
-DEFAULT_BUDGET_SHARE = 0.8
 #: The largest heap a driver may ask for (a typo such as ``64t`` is refused as a typo).
 MAX_DRIVER_MEMORY = 1 << 40
 
@@ -59,29 +55,3 @@ def memory_request(conf: Mapping[str, Any]) -> int:
     heap = DEFAULT_DRIVER_MEMORY if driver in (None, "") else \
         parse_memory("spark.driver.memory", driver)
     return heap + PROCESS_OVERHEAD
-
-
-def machine_memory(meminfo: Path = Path("/proc/meminfo")) -> int | None:
-    """Bytes of memory this machine has (``MemTotal``), or None where it cannot tell."""
-    try:
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def default_budget(total: int | None = None) -> int:
-    """The memory topologies may take together when no budget is set: a share of the
-    machine's (:data:`DEFAULT_BUDGET_SHARE`), or 0 (no limit) where it is unknown."""
-    total = machine_memory() if total is None else total
-    return int(total * DEFAULT_BUDGET_SHARE) if total else 0
-
-
-def format_bytes(size: int) -> str:
-    """``1.7 GiB``, ``512 MiB``: how refusals state memory."""
-    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{size} bytes"

@@ -1,0 +1,239 @@
+"""The read-only calls of ``service Nimbus``: configuration, the cluster summary, one
+topology's information, configuration and structure.
+
+They take no lock: the store gives each reading thread its own connection, and what is
+derived from a record (its decoded structure, its listed counts) is cached per topology
+id, which never changes. :class:`NimbusQueries` is the read half of
+:class:`~.handler.NimbusHandler` (which extends it and owns the attributes declared
+here), so both halves reach the daemon's state as attributes of one handler object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import structlog
+from thriftpy2.utils import deserialize
+
+from .. import __version__
+from ..topology.streams import STATEFUL_KEY
+from ..topology.validate import TOPOLOGY_DEFAULTS, InvalidTopology, check_name, task_ranges
+from .config import NimbusConfig, to_public
+from .launcher import Launcher, RunStatus
+from .listing import CountsCache, number, text
+from .store import Store, TopologyListing, TopologyRecord
+
+log = structlog.get_logger(__name__)
+
+#: Storm's window key for all-time statistics.
+ALL_TIME = ":all-time"
+#: Executors listed by getTopologyInfo at most: a stored row with absurd counts (an
+#: older daemon's) must not make one query loop for hours.
+MAX_LISTED_EXECUTORS = 100_000
+
+
+class NimbusQueries:
+    """The read-only IDL methods; the handler's state is set by its ``__init__``."""
+
+    idl: ModuleType
+    config: NimbusConfig
+    store: Store
+    launcher: Launcher
+    clock: Callable[[], float]
+    started_at: float
+    address: tuple[str, int]
+    topologies_dir: Path
+    _counts: CountsCache
+    _protocol: Any
+    _structs: dict[str, Any]
+
+    def getNimbusConf(self) -> str:
+        host, port = self.address
+        storm = {
+            "nimbus.seeds": [host],
+            "nimbus.thrift.port": port,
+            "nimbus.thrift.max_buffer_size": self.config.max_frame_size,
+            "nimbus.thrift.threads": self.config.worker_threads,
+            "nimbus.file.copy.expiration.secs": self.config.file_copy_expiration_secs,
+            "storm.local.dir": str(self.config.data_dir),
+            "storm.thrift.transport": "framed, binary protocol",
+            **TOPOLOGY_DEFAULTS,
+        }
+        ours = {f"nimbus-thrift.{key}": value
+                for key, value in to_public(self.config).items()}
+        return json.dumps({**storm, **ours, "nimbus-thrift.version": __version__,
+                           "nimbus-thrift.bound.port": port}, sort_keys=True)
+
+    def getClusterInfo(self) -> Any:
+        nodes = self.launcher.nodes()
+        now = self.clock()
+        supervisors = [self.idl.SupervisorSummary(
+            host=n.host, uptime_secs=_secs(now - n.started_at), num_workers=n.slots,
+            num_used_workers=n.used_slots, supervisor_id=n.node_id,
+            version=n.version or "VERSION_NOT_PROVIDED") for n in nodes]
+        rows = self.store.listing()
+        topologies = [self._summary(row, now) for row in rows]
+        self._counts.keep_only({row.id for row in rows})
+        return self.idl.ClusterSummary(
+            supervisors=supervisors, nimbus_uptime_secs=_secs(now - self.started_at),
+            topologies=topologies, nimbuses=[self.getLeader()])
+
+    def getLeader(self) -> Any:
+        host, port = self.address
+        return self.idl.NimbusSummary(host=host, port=port,
+                                      uptime_secs=_secs(self.clock() - self.started_at),
+                                      isLeader=True, version=__version__)
+
+    def isTopologyNameAllowed(self, name: str) -> bool:
+        try:
+            check_name(name)
+        except InvalidTopology:
+            return False
+        return not self.store.name_taken(name)
+
+    def getTopologyInfo(self, id: str) -> Any:
+        rec = self._by_id(id)
+        now = self.clock()
+        run = self._run_status(rec.id)
+        executors = []
+        listed = sum(min(max(0, e), max(0, rec.tasks.get(c, 0)))
+                     for c, e in rec.executors.items()
+                     if isinstance(e, int) and isinstance(rec.tasks.get(c, 0), int))
+        if run.assigned and listed > MAX_LISTED_EXECUTORS:
+            log.warning("executors_not_listed", topology=rec.id, executors=listed)
+            run = dataclasses.replace(
+                run, detail=f"{run.detail} (its {listed} executors are not listed: the "
+                            f"limit is {MAX_LISTED_EXECUTORS})", components={})
+            executors_listed = False
+        else:
+            executors_listed = run.assigned
+        if executors_listed:
+            uptime = _secs(now - (run.started_at or now))
+            ranges = task_ranges(rec.tasks, rec.executors)
+            per_component: dict[str, int] = {}
+            for component, _, _ in ranges:
+                per_component[component] = per_component.get(component, 0) + 1
+            seen: dict[str, int] = {}
+            for component, first, last in ranges:
+                index = seen[component] = seen.get(component, -1) + 1
+                executors.append(self.idl.ExecutorSummary(
+                    executor_info=self.idl.ExecutorInfo(task_start=first, task_end=last),
+                    component_id=component, host=run.host, port=run.port,
+                    uptime_secs=uptime,
+                    stats=self._executor_stats(rec, run, component, index,
+                                               per_component[component])))
+        errors: dict[str, list[Any]] = {}
+        for component, message, when in [*self.store.errors(rec.id), *run.errors]:
+            errors.setdefault(component, []).append(
+                self.idl.ErrorInfo(error=message, error_time_secs=int(when)))
+        return self.idl.TopologyInfo(
+            id=rec.id, name=rec.name, uptime_secs=_secs(now - rec.submitted_at),
+            executors=executors, status=rec.status, errors=errors,
+            sched_status=run.detail, owner=rec.owner)
+
+    def getTopologyConf(self, id: str) -> str:
+        return json.dumps(self._by_id(id).conf, sort_keys=True)
+
+    def getTopology(self, id: str) -> Any:
+        # Storm adds its system components (ackers, metrics) here; there are none on Spark.
+        return self.getUserTopology(id)
+
+    def getUserTopology(self, id: str) -> Any:
+        return self._topology_struct(self._by_id(id))
+
+    def _by_id(self, topology_id: Any) -> TopologyRecord:
+        rec = self.store.topology(topology_id) if isinstance(topology_id, str) else None
+        if rec is None:
+            raise self.idl.NotAliveException(msg=f"no topology with id {topology_id!r}")
+        return rec
+
+    def _summary(self, row: TopologyListing, now: float) -> Any:
+        """One listed topology: its small columns only, counts cached per id; a value
+        that does not fit the IDL is clamped and said so in ``sched_status``."""
+        topology_id = text(row.id)
+        counts = self._counts.counts(row)
+        run = self._run_status(topology_id)
+        detail = run.detail
+        if counts.problems:
+            detail = "invalid: " + "; ".join(counts.problems) + f" ({detail})"
+            log.warning("topology_row_invalid", topology=topology_id,
+                        problems=list(counts.problems))
+        return self.idl.TopologySummary(
+            id=topology_id, name=text(row.name), num_tasks=counts.num_tasks,
+            num_executors=counts.num_executors, num_workers=counts.num_workers,
+            uptime_secs=_secs(now - number(row.submitted_at)), status=text(row.status),
+            sched_status=detail, owner=text(row.owner))
+
+    def _executor_stats(self, rec: TopologyRecord, run: RunStatus, component: str,
+                        index: int, count: int) -> Any:
+        stats = run.components.get(component)
+        if stats is None:
+            return None
+        # The launcher counts per component; executors get even shares so that sums over
+        # executors (what Storm's UI and tools compute) come out exact.
+        def share(total: int) -> int:
+            return total // count + (1 if index < total % count else 0)
+        emitted = {ALL_TIME: {"default": share(stats.emitted)}}
+        idl = self.idl
+        kind = "spout" if component in self._spouts(rec) else "bolt"
+        if kind == "spout":
+            specific = idl.ExecutorSpecificStats(spout=idl.SpoutStats(
+                acked={ALL_TIME: {"default": share(stats.processed)}}, failed={},
+                complete_ms_avg={ALL_TIME: {"default": stats.latency_ms}}))
+        else:
+            sources = [idl.GlobalStreamId(componentId=k.componentId, streamId=k.streamId)
+                       for k in self._inputs(rec, component)]
+            first = sources[:1]
+            specific = idl.ExecutorSpecificStats(bolt=idl.BoltStats(
+                acked={}, failed={},
+                process_ms_avg={ALL_TIME: {s: stats.latency_ms for s in first}},
+                executed={ALL_TIME: {s: share(stats.processed) for s in first}},
+                execute_ms_avg={ALL_TIME: {s: stats.latency_ms for s in first}}))
+        return idl.ExecutorStats(emitted=emitted, transferred=emitted, specific=specific,
+                                 rate=stats.rate / count)
+
+    def _stateful(self, rec: TopologyRecord, component: str) -> bool:
+        """True for a component the DSL marked stateful (in its json_conf)."""
+        bolt = (self._topology_struct(rec).bolts or {}).get(component)
+        if bolt is None or bolt.common is None or not bolt.common.json_conf:
+            return False
+        try:
+            conf = json.loads(bolt.common.json_conf)
+        except ValueError:
+            return False
+        return isinstance(conf, dict) and conf.get(STATEFUL_KEY) is True
+
+    def _spouts(self, rec: TopologyRecord) -> set[str]:
+        return set(self._topology_struct(rec).spouts or {})
+
+    def _inputs(self, rec: TopologyRecord, component: str) -> list[Any]:
+        bolt = (self._topology_struct(rec).bolts or {}).get(component)
+        return sorted((bolt.common.inputs or {}) if bolt else {},
+                      key=lambda g: (g.componentId, g.streamId))
+
+    def _topology_struct(self, rec: TopologyRecord) -> Any:
+        # A topology id's structure never changes; decode it once.
+        struct = self._structs.get(rec.id)
+        if struct is None:
+            struct = self._structs[rec.id] = deserialize(
+                self.idl.StormTopology(), rec.topology, self._protocol)
+        return struct
+
+    def _run_status(self, topology_id: str) -> RunStatus:
+        try:
+            return self.launcher.status(topology_id)
+        except Exception as exc:  # noqa: BLE001 - a query must still answer
+            log.warning("launcher_status_failed", topology=topology_id, error=str(exc))
+            return RunStatus(state="unknown",
+                             detail=f"unknown: the launcher failed ({type(exc).__name__}: "
+                                    f"{exc})")
+
+
+def _secs(seconds: float) -> int:
+    """Seconds as the IDL's i32, never negative (clocks can step back)."""
+    return max(0, min(int(seconds), 2**31 - 1))
