@@ -547,3 +547,42 @@ def test_write_failure_is_a_transfer_error_and_stores_nothing(env: Env) -> None:
     with pytest.raises(TransferError, match="cannot be finished"):
         env.transfers.finish_upload(location)
     assert env.store.upload(upload_id).state == "open"    # type: ignore[union-attr]
+
+
+# --- durability: what a crash or a torn write must not lose --------------------------
+
+def test_finish_fsyncs_the_file_before_the_rename_and_the_directory_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import stat
+    env = Env(tmp_path)
+    location = env.transfers.begin_upload()
+    env.transfers.upload_chunk(location, b"0123456789")
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append("fsync dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync file")
+        real_fsync(fd)
+
+    def replace(src: Any, dst: Any) -> None:
+        events.append("rename")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(transfers_module.os, "fsync", fsync)
+    monkeypatch.setattr(transfers_module.os, "replace", replace)
+    env.transfers.finish_upload(location)
+    assert events == ["fsync file", "rename", "fsync dir"]
+
+
+def test_a_chunk_after_a_torn_write_goes_at_the_acknowledged_size(tmp_path: Path) -> None:
+    # A write that failed part-way (or a crash before the row grew) leaves bytes past
+    # the acknowledged size; the next chunk overwrites them, it does not follow them.
+    env = Env(tmp_path)
+    location = env.transfers.begin_upload()
+    env.transfers.upload_chunk(location, b"aaaa")
+    with open(env.transfers.part_path(env.id_of(location)), "ab") as f:
+        f.write(b"XX")
+    env.transfers.upload_chunk(location, b"bbbb")
+    done = env.transfers.finish_upload(location)
+    assert env.transfers.code_path(done.id).read_bytes() == b"aaaabbbb"
+    assert done.sha256 == hashlib.sha256(b"aaaabbbb").hexdigest()
