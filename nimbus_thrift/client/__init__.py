@@ -17,17 +17,18 @@ from typing import TYPE_CHECKING, Any
 #: imports nimbus_thrift.client.defaults at start-up (and so this package), which must
 #: not cost it thriftpy2 and structlog.
 _EXPORTS = {
-    "BadReply": "errors", "ConnectionLost": "errors", "FrameRefused": "errors",
+    "BadReply": "errors", "ConnectionLost": "errors", "DownloadTooLarge": "errors",
+    "FrameRefused": "errors",
     "NimbusClient": "client", "NimbusClientError": "errors", "NimbusTimeout": "errors",
     "NimbusUnavailable": "errors", "ServerError": "errors",
 }
 
 if TYPE_CHECKING:
     from .client import NimbusClient
-    from .errors import (BadReply, ConnectionLost, FrameRefused, NimbusClientError,
-                         NimbusTimeout, NimbusUnavailable, ServerError)
+    from .errors import (BadReply, ConnectionLost, DownloadTooLarge, FrameRefused,
+                         NimbusClientError, NimbusTimeout, NimbusUnavailable, ServerError)
 
-__all__ = ["BadReply", "ConnectionLost", "FrameRefused", "NimbusClient",
+__all__ = ["BadReply", "ConnectionLost", "DownloadTooLarge", "FrameRefused", "NimbusClient",
            "NimbusClientError", "NimbusTimeout", "NimbusUnavailable", "ServerError"]
 
 

@@ -11,7 +11,9 @@ One call::
       |   with bounded exponential back-off
       | send the frame, read one reply frame,          NimbusTimeout, ConnectionLost
       |   all within `timeout` seconds                   (the socket is discarded)
-      | decode (bounds-checked, nimbus_thrift.rpc.binary)  BadReply (socket discarded)
+      | decode (bounds-checked, nimbus_thrift.rpc.binary,  BadReply (socket discarded)
+      |   within the decoded-size budget a server
+      |   applies to requests)
       v
     REPLY     -> the IDL's result, or its declared exception raised as-is
     EXCEPTION -> FrameRefused (server side) or ServerError
@@ -47,13 +49,13 @@ from ..rpc import binary
 from ..rpc.calls import backoff_delays, bind_args, encode_call
 # The server's default frame cap (Apache Thrift's TConfiguration default): a larger
 # frame would be refused anyway, so it is refused here before it is sent. Also the
-# largest reply frame read.
-from ..rpc.options import DEFAULT_MAX_FRAME_SIZE
+# largest reply frame read. Replies decode within the server's own default budget.
+from ..rpc.options import DEFAULT_DECODED_SIZE_FACTOR, DEFAULT_MAX_FRAME_SIZE
 from .defaults import (DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX,
                        DEFAULT_CHUNK_SIZE, DEFAULT_CONNECT_ATTEMPTS, DEFAULT_CONNECT_TIMEOUT,
-                       DEFAULT_POLL_INTERVAL, DEFAULT_TIMEOUT, DEFAULT_WAIT_TIMEOUT,
-                       READ_ONLY_METHODS)
-from .errors import ConnectionLost, FrameRefused, NimbusClientError
+                       DEFAULT_MAX_DOWNLOAD_BYTES, DEFAULT_POLL_INTERVAL, DEFAULT_TIMEOUT,
+                       DEFAULT_WAIT_TIMEOUT, READ_ONLY_METHODS)
+from .errors import ConnectionLost, DownloadTooLarge, FrameRefused, NimbusClientError
 from .submit import submit_topology, wait_for_topology
 from .transport import FramedTransport
 
@@ -99,7 +101,8 @@ class NimbusClient(FramedTransport):
                  backoff_initial: float = DEFAULT_BACKOFF_INITIAL,
                  backoff_factor: float = DEFAULT_BACKOFF_FACTOR,
                  backoff_max: float = DEFAULT_BACKOFF_MAX,
-                 max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+                 max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+                 decoded_size_factor: float = DEFAULT_DECODED_SIZE_FACTOR) -> None:
         """Set the client up; nothing is connected yet.
 
         Args:
@@ -110,6 +113,8 @@ class NimbusClient(FramedTransport):
             backoff_initial, backoff_factor, backoff_max: seconds before the second
                 attempt, its multiplier per further attempt, and the cap.
             max_frame_size: largest frame sent or read (without the 4-byte prefix).
+            decoded_size_factor: memory a reply may decode to, per byte of its frame
+                (at least 1 MiB in all); past it the reply is a BadReply.
 
         Raises:
             ValueError: an argument out of range, in a sentence naming it.
@@ -136,9 +141,15 @@ class NimbusClient(FramedTransport):
         delays = backoff_delays(connect_attempts, float(backoff_initial),
                                 float(backoff_factor), float(backoff_max))
         max_frame_size = _count("max_frame_size", max_frame_size)
+        if isinstance(decoded_size_factor, bool) \
+                or not isinstance(decoded_size_factor, (int, float)) \
+                or not 1 <= decoded_size_factor < math.inf:
+            raise ValueError(f"decoded_size_factor must be a number of at least 1, "
+                             f"not {decoded_size_factor!r}.")
         super().__init__(host, port, timeout=timeout, connect_timeout=connect_timeout,
                          connect_attempts=connect_attempts, backoff_delays=delays,
-                         max_frame_size=max_frame_size)
+                         max_frame_size=max_frame_size,
+                         decoded_size_factor=decoded_size_factor)
         self._closed = False
         self._seqid = 0
         self._lock = threading.Lock()
@@ -258,17 +269,25 @@ class NimbusClient(FramedTransport):
         self.finishFileUpload(location)
         return location
 
-    def download_file(self, file: str, dest_path: str | os.PathLike[str]) -> int:
+    def download_file(self, file: str, dest_path: str | os.PathLike[str],
+                      max_bytes: int = DEFAULT_MAX_DOWNLOAD_BYTES) -> int:
         """Download ``file`` (a topology id or an upload location) to ``dest_path``
         and return the number of bytes written.
 
         The bytes go to a temporary file beside ``dest_path`` (mode 0600), renamed
         over it once complete, so ``dest_path`` never holds a partial download.
 
+        Args:
+            max_bytes: the most this download may bring; a server sending more is
+                stopped before the chunk that would cross it is written.
+
         Raises:
+            DownloadTooLarge: the server sent more than ``max_bytes``.
             OSError: the destination cannot be written.
+            ValueError: max_bytes is not a positive integer.
             and what :meth:`call` raises (the temporary file is then removed).
         """
+        max_bytes = _count("max_bytes", max_bytes)
         dest = Path(dest_path)
         session: str = self.beginFileDownload(file)
         fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.",
@@ -277,6 +296,9 @@ class NimbusClient(FramedTransport):
             size = 0
             with os.fdopen(fd, "wb") as out:
                 while chunk := self.downloadChunk(session):
+                    if len(chunk) > max_bytes - size:
+                        raise DownloadTooLarge(self.host, self.port, file,
+                                               size + len(chunk), max_bytes)
                     out.write(chunk)
                     size += len(chunk)
                 out.flush()

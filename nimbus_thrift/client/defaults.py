@@ -31,6 +31,11 @@ DEFAULT_BACKOFF_MAX = 2.0
 #: Bytes per uploadChunk: what Storm's StormSubmitter sends.
 DEFAULT_CHUNK_SIZE = 307_200
 
+#: Bytes download_file accepts before it stops and removes the partial file: 1 GiB,
+#: four times the daemon's default max_upload_bytes (256 MiB), so whatever a default
+#: daemon accepted comes back, and a server streaming without end is stopped.
+DEFAULT_MAX_DOWNLOAD_BYTES = 1024 ** 3
+
 #: Seconds to wait for a topology to run. A Spark application takes 10 to 60 s to
 #: start its JVM, session and first micro-batch; five minutes covers a busy cluster
 #: that must first free executors.

@@ -118,6 +118,21 @@ class ServerError(NimbusClientError):
                          f"({code}): {server_message}", host, port)
 
 
+class DownloadTooLarge(NimbusClientError):
+    """``download_file`` stopped: the server sent more than the caller's cap. The
+    partial file was removed; the connection is fine for further calls."""
+
+    def __init__(self, host: str, port: int, file: str, received: int,
+                 limit: int) -> None:
+        self.file = file
+        self.received = received
+        self.limit = limit
+        super().__init__(f"download of {file!r} from {format_address(host, port)} "
+                         f"stopped: the server sent more than {limit:,} bytes (the "
+                         f"download's max_bytes; {received:,} bytes had arrived); the "
+                         f"partial file was removed", host, port)
+
+
 class BadReply(NimbusClientError):
     """The bytes that came back are not a reply to the call (not framed Thrift, a
     frame over ``max_frame_size``, undecodable, the wrong method or seqid). The

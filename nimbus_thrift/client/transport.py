@@ -37,7 +37,7 @@ class FramedTransport:
 
     def __init__(self, host: str, port: int, *, timeout: float, connect_timeout: float,
                  connect_attempts: int, backoff_delays: list[float],
-                 max_frame_size: int) -> None:
+                 max_frame_size: int, decoded_size_factor: float) -> None:
         """Take settings already checked (NimbusClient checks what users pass);
         nothing is connected yet."""
         self.host = host
@@ -47,6 +47,7 @@ class FramedTransport:
         self.connect_attempts = connect_attempts
         self.backoff_delays = backoff_delays
         self.max_frame_size = max_frame_size
+        self.decoded_size_factor = decoded_size_factor
         self._sock: socket.socket | None = None
 
     @property
@@ -134,7 +135,7 @@ class FramedTransport:
         if send_error is not None:
             self._discard()
         try:
-            return decode_reply(service, method, seqid, payload)
+            return decode_reply(service, method, seqid, payload, self.decoded_size_factor)
         except TApplicationException as exc:
             raise self._app_error(method, exc) from None
         except UnreadableReply as exc:

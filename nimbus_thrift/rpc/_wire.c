@@ -10,8 +10,16 @@
  *
  * The encoding fast path (replies) is at the end of the file; it works the same way.
  *
+ * The decoder also charges every object it makes against the frame's decoded-size
+ * budget (rpc/decoded.py has the costs and why; binary.py charges the same amounts at
+ * the same objects, so the two still agree on every frame and budget): a container's
+ * object, slots and scalar elements in one step before it is made, a struct's object
+ * before it is made, a string or binary by its size, a scalar field as it is set. Each
+ * charge is a compare and a subtraction.
+ *
  * A struct's "plan" is built once per class in binary.py (c_plan):
- *     plan   = [cls, fields, order]     (a list, so recursive structs can share it)
+ *     plan   = [cls, fields, order, cost]   (a list, so recursive structs can share it;
+ *              cost: what one instance is charged, binary.struct_cost)
  *     fields = {fid * 256 + wire_type: (attribute name, kind, sub)}   (decoding)
  *     order  = ((attribute name, kind, sub, fid, wire_type), ...)      (encoding, in
  *              thrift_spec's order)
@@ -35,10 +43,58 @@ enum { T_STOP = 0, T_BOOL = 2, T_BYTE = 3, T_DOUBLE = 4, T_I16 = 6, T_I32 = 8,
 /* binary.MAX_DEPTH; checked equal at import by binary.py. */
 #define MAX_DEPTH 64
 
+/* decoded.COSTS, in its order; exported as COSTS and checked equal at import. */
+#define COST_INT 32
+#define COST_DOUBLE 24
+#define COST_BOOL 0
+#define COST_BYTES 33
+#define COST_STR_ASCII 49
+#define COST_STR 80
+#define COST_STR_CHAR 4
+#define COST_STRUCT 80
+#define COST_STRUCT_FIELD 8
+#define COST_LIST 56
+#define COST_LIST_SLOT 8
+#define COST_SET 216
+#define COST_SET_SLOT 128
+#define COST_MAP 64
+#define COST_MAP_ENTRY 72
+
 typedef struct {
     const unsigned char *buf;
     Py_ssize_t end;
+    Py_ssize_t left;      /* the decoded-size budget still unspent */
 } Frame;
+
+/* Spend `cost` of the budget; -1 (nothing spent) when it is not there. */
+static inline int
+charge(Frame *f, int64_t cost)
+{
+    if (cost > (int64_t)f->left)
+        return -1;
+    f->left -= (Py_ssize_t)cost;
+    return 0;
+}
+
+/* What a scalar of `kind` is charged by what holds it (decoded._SCALAR_COST). */
+static inline int64_t
+scalar_cost(int kind)
+{
+    switch (kind) {
+    case K_BYTE: case K_I16: case K_I32: case K_I64: return COST_INT;
+    case K_DOUBLE: return COST_DOUBLE;
+    case K_BOOL: return COST_BOOL;
+    default: return 0;   /* strings, binaries, structs, containers charge themselves */
+    }
+}
+
+/* decoded.string_cost: exact for ASCII, 4 bytes a character otherwise. */
+static inline int64_t
+string_cost(PyObject *s)
+{
+    int64_t n = (int64_t)PyUnicode_GET_LENGTH(s);
+    return PyUnicode_IS_ASCII(s) ? COST_STR_ASCII + n : COST_STR + COST_STR_CHAR * n;
+}
 
 /* Every helper returns NULL (values) or -1 (offsets) on a problem. A Python exception
  * may or may not be set; the entry points clear it and return None either way. */
@@ -152,11 +208,12 @@ skip(const Frame *f, Py_ssize_t pos, int wire, int depth)
     return -1;   /* unknown wire type */
 }
 
-static PyObject *read_struct(const Frame *f, Py_ssize_t *pos, PyObject *plan, int depth);
+static PyObject *read_struct(Frame *f, Py_ssize_t *pos, PyObject *plan, int depth);
 
-/* One value of `kind`; `sub` as in the plan. Advances *pos. */
+/* One value of `kind`; `sub` as in the plan. Advances *pos. Charges the value, except
+ * a scalar (its holder does). */
 static PyObject *
-read_value(const Frame *f, Py_ssize_t *pos, int kind, PyObject *sub, int depth)
+read_value(Frame *f, Py_ssize_t *pos, int kind, PyObject *sub, int depth)
 {
     Py_ssize_t p = *pos;
     const unsigned char *b = f->buf;
@@ -195,9 +252,17 @@ read_value(const Frame *f, Py_ssize_t *pos, int kind, PyObject *sub, int depth)
         int32_t n = get_i32(b + p);
         if (!fits(f, p + 4, n)) return NULL;
         *pos = p + 4 + n;
-        if (kind == K_BINARY)
+        if (kind == K_BINARY) {
+            if (charge(f, COST_BYTES + (int64_t)n) < 0) return NULL;
             return PyBytes_FromStringAndSize((const char *)b + p + 4, n);
-        return PyUnicode_DecodeUTF8((const char *)b + p + 4, n, "strict");
+        }
+        /* Charged once made: its size depends on its characters (at most 4n bytes). */
+        PyObject *s = PyUnicode_DecodeUTF8((const char *)b + p + 4, n, "strict");
+        if (s != NULL && charge(f, string_cost(s)) < 0) {
+            Py_DECREF(s);
+            return NULL;
+        }
+        return s;
     }
     case K_STRUCT:
         return read_struct(f, pos, sub, depth);
@@ -212,6 +277,9 @@ read_value(const Frame *f, Py_ssize_t *pos, int kind, PyObject *sub, int depth)
         int32_t count = get_i32(b + p + 1);
         p += 5;
         if ((count && got != ewire) || !count_fits(f, p, count, min_size(ewire)))
+            return NULL;
+        int64_t per = (kind == K_LIST ? COST_LIST_SLOT : COST_SET_SLOT) + scalar_cost(ekind);
+        if (charge(f, (kind == K_LIST ? COST_LIST : COST_SET) + (int64_t)count * per) < 0)
             return NULL;
         PyObject *out = kind == K_LIST ? PyList_New(count) : PySet_New(NULL);
         if (out == NULL) return NULL;
@@ -242,6 +310,9 @@ read_value(const Frame *f, Py_ssize_t *pos, int kind, PyObject *sub, int depth)
         if ((count && (gotk != kwire || gotv != vwire)) ||
                 !count_fits(f, p, count, min_size(kwire) + min_size(vwire)))
             return NULL;
+        int64_t per = COST_MAP_ENTRY + scalar_cost(kkind) + scalar_cost(vkind);
+        if (charge(f, COST_MAP + (int64_t)count * per) < 0)
+            return NULL;
         PyObject *out = PyDict_New();
         if (out == NULL) return NULL;
         for (int32_t i = 0; i < count; i++) {
@@ -263,12 +334,15 @@ read_value(const Frame *f, Py_ssize_t *pos, int kind, PyObject *sub, int depth)
 }
 
 static PyObject *
-read_struct(const Frame *f, Py_ssize_t *pos, PyObject *plan, int depth)
+read_struct(Frame *f, Py_ssize_t *pos, PyObject *plan, int depth)
 {
-    if (depth >= MAX_DEPTH)
+    if (depth >= MAX_DEPTH || PyList_GET_SIZE(plan) < 4)
         return NULL;
     PyObject *cls = PyList_GET_ITEM(plan, 0);
     PyObject *fields = PyList_GET_ITEM(plan, 1);
+    Py_ssize_t cost = PyLong_AsSsize_t(PyList_GET_ITEM(plan, 3));
+    if (cost < 0 || charge(f, cost) < 0)
+        return NULL;
     PyObject *obj = PyObject_CallNoArgs(cls);
     if (obj == NULL)
         return NULL;
@@ -302,6 +376,10 @@ read_struct(const Frame *f, Py_ssize_t *pos, PyObject *plan, int depth)
         PyObject *value = read_value(f, &p, kind, PyTuple_GET_ITEM(hit, 2), depth + 1);
         if (value == NULL)
             goto fail;
+        if (charge(f, scalar_cost(kind)) < 0) {
+            Py_DECREF(value);
+            goto fail;
+        }
         int rc = PyObject_SetAttr(obj, PyTuple_GET_ITEM(hit, 0), value);
         Py_DECREF(value);
         if (rc < 0)
@@ -319,16 +397,17 @@ frame_of(PyObject *obj, Py_buffer *view)
 }
 
 PyDoc_STRVAR(decode_struct_doc,
-"decode_struct(plan, buf, pos, end) -> (obj, end_pos) | None\n\n"
-"Decode one struct as binary.decode_struct does; None on any problem (decode again\n"
-"in Python for the error).");
+"decode_struct(plan, buf, pos, end, budget=sys.maxsize) -> (obj, end_pos) | None\n\n"
+"Decode one struct as binary.decode_struct does, its objects charged against\n"
+"`budget` bytes; None on any problem (decode again in Python for the error).");
 
 static PyObject *
 wire_decode_struct(PyObject *self, PyObject *args)
 {
     PyObject *plan, *data;
-    Py_ssize_t pos, end;
-    if (!PyArg_ParseTuple(args, "O!Onn:decode_struct", &PyList_Type, &plan, &data, &pos, &end))
+    Py_ssize_t pos, end, budget = PY_SSIZE_T_MAX;
+    if (!PyArg_ParseTuple(args, "O!Onn|n:decode_struct", &PyList_Type, &plan, &data, &pos,
+                          &end, &budget))
         return NULL;
     Py_buffer view;
     if (frame_of(data, &view) < 0)
@@ -337,7 +416,7 @@ wire_decode_struct(PyObject *self, PyObject *args)
         PyBuffer_Release(&view);
         Py_RETURN_NONE;
     }
-    Frame f = {(const unsigned char *)view.buf, end};
+    Frame f = {(const unsigned char *)view.buf, end, budget};
     PyObject *obj = read_struct(&f, &pos, plan, 0);
     PyBuffer_Release(&view);
     if (obj == NULL) {
@@ -362,7 +441,7 @@ wire_read_message_header(PyObject *self, PyObject *args)
     Py_buffer view;
     if (frame_of(data, &view) < 0)
         return NULL;
-    Frame f = {(const unsigned char *)view.buf, view.len};
+    Frame f = {(const unsigned char *)view.buf, view.len, 0};
     const unsigned char *b = f.buf;
     PyObject *result = NULL;
     Py_ssize_t start, after, end;
@@ -841,7 +920,13 @@ PyInit__wire(void)
     PyObject *m = PyModule_Create(&wire_module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH) < 0) {
+    PyObject *costs = Py_BuildValue(
+        "(iiiiiiiiiiiiiii)", COST_INT, COST_DOUBLE, COST_BOOL, COST_BYTES, COST_STR_ASCII,
+        COST_STR, COST_STR_CHAR, COST_STRUCT, COST_STRUCT_FIELD, COST_LIST, COST_LIST_SLOT,
+        COST_SET, COST_SET_SLOT, COST_MAP, COST_MAP_ENTRY);
+    if (PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH) < 0 ||
+            PyModule_AddObject(m, "COSTS", costs) < 0) {
+        Py_XDECREF(costs);
         Py_DECREF(m);
         return NULL;
     }

@@ -10,9 +10,12 @@ Why our own decoder: thriftpy2's Cython reader trusts lengths read off the wire 
 30-byte frame declaring a 2 GiB string makes it malloc 2 GiB and copy uninitialised
 memory; a list declaring 2**31 elements loops for minutes holding the GIL). Every
 length here is checked against the bytes left in the frame before anything is made,
-and nesting is capped. Replies are built from trusted handler values: they are
-encoded in C (_wire.c) as thriftpy2's Cython writer would, byte for byte, and by that
-writer itself whenever the C code is unsure (it then also raises the errors).
+nesting is capped, and every object made is charged against the frame's decoded-size
+budget (:mod:`.decoded`: a frame of tiny structs cannot become 150 times its size).
+Structs are decoded in C (_wire.c) and, when C says no, again by the Python decoder
+(:mod:`.pydecode`), which says why. Replies are built from trusted handler values: they
+are encoded in C as thriftpy2's Cython writer would, byte for byte, and by that writer
+itself whenever the C code is unsure (it then also raises the errors).
 """
 
 from __future__ import annotations
@@ -25,7 +28,16 @@ from typing import Any, NamedTuple
 
 from thriftpy2.thrift import TApplicationException, TType
 
+from . import decoded
+from .decoded import Budget
 from .errors import BadVersionError, DecodeError
+from .options import DEFAULT_DECODED_SIZE_FACTOR
+# The Python decoder; MAX_DEPTH, Reader, skip and struct_cost are this module's too.
+from .pydecode import MAX_DEPTH as MAX_DEPTH
+from .pydecode import Reader as Reader
+from .pydecode import skip as skip
+from .pydecode import struct_cost as struct_cost
+from .pydecode import _BINARY, _I32, _split_spec, _struct_reader, _wire_type
 
 _Protocol: Any
 _Buffer: Any
@@ -51,28 +63,9 @@ CALL, REPLY, EXCEPTION, ONEWAY = 1, 2, 3, 4
 VERSION_MASK = 0xFFFF0000
 VERSION_1 = 0x80010000
 
-#: Nesting depth of structs and containers; Apache Thrift's default recursion limit.
-MAX_DEPTH = 64
-
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
-_I64 = struct.Struct(">q")
-_DOUBLE = struct.Struct(">d")
 _FIELD = struct.Struct(">bh")
-_MAP_HEAD = struct.Struct(">bbi")
-_LIST_HEAD = struct.Struct(">bi")
 _HEADER_STRICT = struct.Struct(">Ii")
-
-_FIXED_SIZE = {
-    TType.BOOL: 1, TType.BYTE: 1, TType.I16: 2, TType.I32: 4, TType.I64: 8,
-    TType.DOUBLE: 8,
-}
-#: Smallest encoding of one value of each type, to bound container counts.
-_MIN_SIZE = {**_FIXED_SIZE, TType.STRING: 4, TType.STRUCT: 1, TType.MAP: 6,
-             TType.SET: 5, TType.LIST: 5}
-_BINARY = 18  # thriftpy2's spec code for `binary` fields; on the wire it is STRING (11)
 
 
 class MessageHeader(NamedTuple):
@@ -143,279 +136,16 @@ def _read_message_header(buf: bytes | bytearray | memoryview, strict_read: bool
 
 # --------------------------------------------------------------------------- decoding
 
-# A reader takes (buf, pos, end, depth) and returns (value, new_pos). The buffer is a
-# whole frame; `end` bounds it. Readers raise DecodeError, never IndexError.
-Reader = Callable[[Any, int, int, int], tuple[Any, int]]
+#: ``read(buf, pos, end, budget) -> (obj, end_pos)``; budget in bytes (see decoded.py).
+StructReader = Callable[[Any, int, int, int], tuple[Any, int]]
+
+_FAST_READERS: dict[type, StructReader] = {}
 
 
-def _need(pos: int, n: int, end: int, what: str) -> None:
-    if n < 0 or pos + n > end:
-        raise DecodeError(f"{what}: needs {n} bytes at offset {pos}, "
-                          f"frame ends at {end}")
-
-
-def _fixed_reader(fmt: struct.Struct, what: str) -> Reader:
-    size = fmt.size
-    unpack_from = fmt.unpack_from
-
-    def read(buf: Any, pos: int, end: int, depth: int) -> tuple[Any, int]:
-        if pos + size > end:
-            _need(pos, size, end, what)
-        return unpack_from(buf, pos)[0], pos + size
-    return read
-
-
-_read_i8 = _fixed_reader(_I8, "byte")
-_read_i16 = _fixed_reader(_I16, "i16")
-_read_i32 = _fixed_reader(_I32, "i32")
-_read_i64 = _fixed_reader(_I64, "i64")
-_read_double = _fixed_reader(_DOUBLE, "double")
-
-
-def _read_bool(buf: Any, pos: int, end: int, depth: int) -> tuple[Any, int]:
-    if pos + 1 > end:
-        _need(pos, 1, end, "bool")
-    return buf[pos] != 0, pos + 1
-
-
-def _read_binary(buf: Any, pos: int, end: int, depth: int) -> tuple[Any, int]:
-    if pos + 4 > end:
-        _need(pos, 4, end, "binary length")
-    n = _I32.unpack_from(buf, pos)[0]
-    pos += 4
-    if n < 0 or pos + n > end:
-        _need(pos, n, end, "binary")
-    return bytes(buf[pos:pos + n]), pos + n
-
-
-def _read_string(buf: Any, pos: int, end: int, depth: int) -> tuple[Any, int]:
-    if pos + 4 > end:
-        _need(pos, 4, end, "string length")
-    n = _I32.unpack_from(buf, pos)[0]
-    pos += 4
-    if n < 0 or pos + n > end:
-        _need(pos, n, end, "string")
-    try:
-        return str(buf[pos:pos + n], "utf-8"), pos + n
-    except UnicodeDecodeError as exc:
-        raise DecodeError(f"string at offset {pos} is not valid UTF-8 ({exc.reason} "
-                          f"at byte {exc.start})") from None
-
-
-def _check_depth(depth: int) -> None:
-    if depth >= MAX_DEPTH:
-        raise DecodeError(f"nesting deeper than {MAX_DEPTH} levels")
-
-
-def _check_count(count: int, elem_types: tuple[int, ...], pos: int, end: int,
-                 what: str) -> None:
-    """A container's element count must fit the bytes left: checked before looping."""
-    if count < 0:
-        raise DecodeError(f"{what} declares a negative size {count}")
-    per_item = sum(_MIN_SIZE.get(t, 1) for t in elem_types)
-    if count * per_item > end - pos:
-        raise DecodeError(f"{what} declares {count} elements; the "
-                          f"{end - pos} bytes left in the frame hold at most "
-                          f"{(end - pos) // per_item}")
-
-
-def skip(buf: Any, pos: int, end: int, ttype: int, depth: int = 0) -> int:
-    """Skip one value of wire type ``ttype``; return the offset after it."""
-    if ttype in _FIXED_SIZE:
-        size = _FIXED_SIZE[ttype]
-        _need(pos, size, end, "skipped value")
-        return pos + size
-    if ttype == TType.STRING:
-        _need(pos, 4, end, "skipped string length")
-        n: int = _I32.unpack_from(buf, pos)[0]
-        _need(pos + 4, n, end, "skipped string")
-        return pos + 4 + n
-    _check_depth(depth)
-    if ttype == TType.STRUCT:
-        while True:
-            _need(pos, 1, end, "field type")
-            ftype = buf[pos]
-            if ftype == TType.STOP:
-                return pos + 1
-            _need(pos, 3, end, "field header")
-            pos = skip(buf, pos + 3, end, ftype, depth + 1)
-    if ttype == TType.MAP:
-        _need(pos, 6, end, "map header")
-        ktype, vtype, count = _MAP_HEAD.unpack_from(buf, pos)
-        pos += 6
-        _check_count(count, (ktype, vtype), pos, end, "skipped map")
-        for _ in range(count):
-            pos = skip(buf, pos, end, ktype, depth + 1)
-            pos = skip(buf, pos, end, vtype, depth + 1)
-        return pos
-    if ttype in (TType.LIST, TType.SET):
-        _need(pos, 5, end, "list header")
-        etype, count = _LIST_HEAD.unpack_from(buf, pos)
-        pos += 5
-        _check_count(count, (etype,), pos, end, "skipped list")
-        for _ in range(count):
-            pos = skip(buf, pos, end, etype, depth + 1)
-        return pos
-    raise DecodeError(f"unknown field type {ttype} at offset {pos}")
-
-
-def _wire_type(spec_type: int) -> int:
-    return TType.STRING if spec_type == _BINARY else spec_type
-
-
-def _reader_for(ttype: int, spec: Any) -> Reader:
-    """Build the reader for a spec entry (type code plus thriftpy2's nested spec)."""
-    if ttype == TType.STRING:
-        return _read_string
-    if ttype == _BINARY:
-        return _read_binary
-    if ttype == TType.BOOL:
-        return _read_bool
-    if ttype == TType.BYTE:
-        return _read_i8
-    if ttype == TType.I16:
-        return _read_i16
-    if ttype == TType.I32:
-        return _read_i32  # enums are plain ints in thriftpy2
-    if ttype == TType.I64:
-        return _read_i64
-    if ttype == TType.DOUBLE:
-        return _read_double
-    if ttype == TType.STRUCT:
-        return _struct_reader(spec)
-    if ttype in (TType.LIST, TType.SET):
-        return _list_reader(ttype, spec)
-    if ttype == TType.MAP:
-        return _map_reader(spec)
-    raise TypeError(f"unsupported thrift type {ttype} in spec")
-
-
-def _split_spec(spec: Any) -> tuple[int, Any]:
-    if isinstance(spec, tuple):
-        return spec[0], spec[1]
-    return spec, None
-
-
-def _list_reader(ttype: int, spec: Any) -> Reader:
-    etype, espec = _split_spec(spec)
-    wire = _wire_type(etype)
-    elem: Reader | None = None
-    make = set if ttype == TType.SET else list
-    what = "set" if ttype == TType.SET else "list"
-
-    def read(buf: Any, pos: int, end: int, depth: int) -> tuple[Any, int]:
-        nonlocal elem
-        if elem is None:
-            elem = _reader_for(etype, espec)
-        _check_depth(depth)
-        _need(pos, 5, end, f"{what} header")
-        got_type, count = _LIST_HEAD.unpack_from(buf, pos)
-        pos += 5
-        if count and got_type != wire:
-            raise DecodeError(f"{what} holds type {got_type}, expected {wire}")
-        _check_count(count, (wire,), pos, end, what)
-        out: list[Any] = []
-        append = out.append
-        for _ in range(count):
-            value, pos = elem(buf, pos, end, depth + 1)
-            append(value)
-        if make is list:
-            return out, pos
-        try:
-            return set(out), pos
-        except TypeError:  # e.g. set<list<i32>>: legal IDL, unhashable in Python
-            raise DecodeError("set elements of this type are not hashable in Python") \
-                from None
-    return read
-
-
-def _map_reader(spec: Any) -> Reader:
-    ktype, kspec = _split_spec(spec[0])
-    vtype, vspec = _split_spec(spec[1])
-    kwire, vwire = _wire_type(ktype), _wire_type(vtype)
-    readers: list[Reader] = []
-
-    def read(buf: Any, pos: int, end: int, depth: int) -> tuple[Any, int]:
-        if not readers:
-            readers.extend((_reader_for(ktype, kspec), _reader_for(vtype, vspec)))
-        kread, vread = readers
-        _check_depth(depth)
-        _need(pos, 6, end, "map header")
-        got_k, got_v, count = _MAP_HEAD.unpack_from(buf, pos)
-        pos += 6
-        if count and (got_k != kwire or got_v != vwire):
-            raise DecodeError(f"map holds types ({got_k}, {got_v}), "
-                              f"expected ({kwire}, {vwire})")
-        _check_count(count, (kwire, vwire), pos, end, "map")
-        out = {}
-        for _ in range(count):
-            key, pos = kread(buf, pos, end, depth + 1)
-            value, pos = vread(buf, pos, end, depth + 1)
-            try:
-                out[key] = value
-            except TypeError:  # e.g. a list as a key: unhashable in Python
-                raise DecodeError(f"map key of type {ktype} is not hashable") from None
-        return out, pos
-    return read
-
-
-_STRUCT_READERS: dict[type, Reader] = {}
-
-
-def _struct_reader(cls: type) -> Reader:
-    """The cached reader for a thriftpy2 struct class (built lazily: specs can recurse)."""
-    try:
-        return _STRUCT_READERS[cls]
-    except KeyError:
-        pass
-    fields: dict[tuple[int, int], tuple[str, Reader]] = {}
-    pending: list[tuple[int, int, str, Any]] = []
-    # attr-defined: thrift_spec is set on the classes thriftpy2 generates.
-    for fid, entry in cls.thrift_spec.items():  # type: ignore[attr-defined]
-        ttype, name = entry[0], entry[1]
-        spec = entry[2] if len(entry) > 3 else None
-        pending.append((fid, ttype, name, spec))
-
-    def read(buf: Any, pos: int, end: int, depth: int) -> tuple[Any, int]:
-        if pending:
-            for fid, ttype, name, spec in pending:
-                fields[(fid, _wire_type(ttype))] = (name, _reader_for(ttype, spec))
-            pending.clear()
-        if depth >= MAX_DEPTH:
-            _check_depth(depth)
-        obj = cls()
-        get = fields.get
-        while True:
-            if pos >= end:
-                raise DecodeError(f"{cls.__name__}: struct not terminated before the "
-                                  f"end of the frame")
-            ftype = buf[pos]
-            if ftype == 0:
-                return obj, pos + 1
-            if pos + 3 > end:
-                _need(pos, 3, end, "field header")
-            fid = _I16.unpack_from(buf, pos + 1)[0]
-            pos += 3
-            hit = get((fid, ftype))
-            if hit is None:  # unknown id or unexpected type: skip, as Java and thriftpy2 do
-                pos = skip(buf, pos, end, ftype, depth + 1)
-                continue
-            try:
-                value, pos = hit[1](buf, pos, end, depth + 1)
-            except DecodeError as exc:
-                raise DecodeError(f"{cls.__name__}.{hit[0]}: {exc}") from None
-            setattr(obj, hit[0], value)
-
-    _STRUCT_READERS[cls] = read
-    return read
-
-
-_FAST_READERS: dict[type, Callable[[Any, int, int], tuple[Any, int]]] = {}
-
-
-def struct_reader(cls: type) -> Callable[[Any, int, int], tuple[Any, int]]:
-    """``read(buf, pos, end) -> (obj, end_pos)`` for thriftpy2 class ``cls``, made once
-    per class; same errors as :func:`decode_struct`."""
+def struct_reader(cls: type) -> StructReader:
+    """``read(buf, pos, end, budget) -> (obj, end_pos)`` for thriftpy2 class ``cls``,
+    made once per class; ``budget`` is the decoded-size budget in bytes; same errors as
+    :func:`decode_struct`."""
     try:
         return _FAST_READERS[cls]
     except KeyError:
@@ -423,18 +153,18 @@ def struct_reader(cls: type) -> Callable[[Any, int, int], tuple[Any, int]]:
         return reader
 
 
-def _make_struct_reader(cls: type) -> Callable[[Any, int, int], tuple[Any, int]]:
+def _make_struct_reader(cls: type) -> StructReader:
     read = _struct_reader(cls)
     plan = c_plan(cls)
     if plan is None:
-        return lambda buf, pos, end: read(buf, pos, end, 0)
+        return lambda buf, pos, end, budget: read(buf, pos, end, 0, Budget(budget))
     decode = _wire.decode_struct
 
-    def read_fast(buf: Any, pos: int, end: int) -> tuple[Any, int]:
+    def read_fast(buf: Any, pos: int, end: int, budget: int) -> tuple[Any, int]:
         # C walks the frame; on any problem it returns None and the Python reader,
         # which has the error messages, decodes again and raises.
-        result = decode(plan, buf, pos, end)
-        return read(buf, pos, end, 0) if result is None else result
+        result = decode(plan, buf, pos, end, budget)
+        return read(buf, pos, end, 0, Budget(budget)) if result is None else result
     return read_fast
 
 
@@ -470,6 +200,7 @@ def c_plan(cls: type, _plans: dict[type, list[Any]] | None = None) -> list[Any] 
     except (KeyError, TypeError, AttributeError):
         return None
     plan.append(tuple(order))
+    plan.append(struct_cost(cls))
     return plan
 
 
@@ -491,16 +222,22 @@ def _c_element(ttype: int, spec: Any, plans: dict[type, list[Any]]) -> tuple[int
 
 
 def decode_struct(cls: type, buf: bytes | bytearray, pos: int = 0,
-                  end: int | None = None) -> tuple[Any, int]:
-    """Decode one struct of thriftpy2 class ``cls`` from ``buf[pos:end]``.
+                  end: int | None = None, budget: int | None = None) -> tuple[Any, int]:
+    """Decode one struct of thriftpy2 class ``cls`` from ``buf[pos:end]``, its objects
+    charged against ``budget`` bytes (default: the decoded-size limit of a frame of
+    ``len(buf)`` bytes with the server's default factor; :data:`decoded.UNLIMITED`
+    for none).
 
     Returns the object and the offset after its STOP byte.
 
     Raises:
+        DecodeBudgetError: the objects would take more than ``budget``.
         DecodeError: truncated data, a length or count that does not fit the frame,
             nesting deeper than :data:`MAX_DEPTH`, invalid UTF-8 in a ``string``.
     """
-    return struct_reader(cls)(buf, pos, len(buf) if end is None else end)
+    if budget is None:
+        budget = decoded.decoded_size_limit(len(buf), DEFAULT_DECODED_SIZE_FACTOR)
+    return struct_reader(cls)(buf, pos, len(buf) if end is None else end, budget)
 
 
 # --------------------------------------------------------------------------- encoding
@@ -622,3 +359,4 @@ def encode_framed_application_exception(name: str, seqid: int, message: str,
 
 
 assert _wire is None or _wire.MAX_DEPTH == MAX_DEPTH
+assert _wire is None or _wire.COSTS == decoded.COSTS

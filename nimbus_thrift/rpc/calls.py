@@ -1,7 +1,9 @@
 """The socket-free steps of one call, as a client of any thriftpy2 service makes it:
 bind the arguments to the IDL's names, encode the CALL frame's payload, check a reply
-frame's length before reading it, decode the reply, read a server's frame-size
-refusal, and the back-off delays between connection attempts.
+frame's length before reading it, decode the reply (against the same decoded-size
+budget a server applies to requests: a reply frame cannot become many times its size
+in memory), read a server's frame-size refusal, and the back-off delays between
+connection attempts.
 
 No sockets here: the steps are tested byte by byte, and a client brings its own
 transport (:mod:`nimbus_thrift.client` is one). This module may import only from
@@ -16,7 +18,9 @@ from typing import Any
 from thriftpy2.thrift import TApplicationException
 
 from . import binary
-from .errors import RpcError
+from .decoded import DECODED_SIZE_FLOOR, decoded_size_limit
+from .errors import DecodeBudgetError, RpcError
+from .options import DEFAULT_DECODED_SIZE_FACTOR
 
 
 def backoff_delays(attempts: int, initial: float, factor: float,
@@ -90,24 +94,29 @@ def check_reply_length(prefix: bytes | bytearray, max_frame_size: int) -> int:
     raise UnreadableReply(what)
 
 
-def decode_reply(service: Any, method: str, seqid: int,
-                 payload: bytes | bytearray) -> Any:
-    """Decode the reply payload to a call of ``method`` with ``seqid``.
+def decode_reply(service: Any, method: str, seqid: int, payload: bytes | bytearray,
+                 decoded_size_factor: float = DEFAULT_DECODED_SIZE_FACTOR) -> Any:
+    """Decode the reply payload to a call of ``method`` with ``seqid``, its values
+    charged against the decoded-size budget of its size (``decoded_size_factor`` times
+    its bytes, at least :data:`~.decoded.DECODED_SIZE_FLOOR`; see :mod:`.decoded`).
 
     Returns the result (None for a void method).
 
     Raises:
         the IDL exception the server declared (e.g. ``NotAliveException``), as is.
         TApplicationException: the server answered with one (EXCEPTION message).
-        UnreadableReply: undecodable, not a reply, or a reply to another call.
+        UnreadableReply: undecodable, over the decoded-size budget, not a reply, or a
+            reply to another call.
     """
+    budget = decoded_size_limit(len(payload), decoded_size_factor)
     try:
         header = binary.read_message_header(payload)
         if header.type == binary.EXCEPTION:
             # Not matched against method/seqid: a server refusing an oversized frame
             # may answer before it has read the call's header (name "", seqid 0), and
             # one call at a time per connection means it can only be about ours.
-            app_error, _ = binary.decode_struct(TApplicationException, payload, header.end)
+            app_error, _ = binary.decode_struct(TApplicationException, payload, header.end,
+                                                budget=budget)
             raise app_error
         if header.type != binary.REPLY:
             raise UnreadableReply(f"message type {header.type} where a REPLY (2) was "
@@ -116,7 +125,12 @@ def decode_reply(service: Any, method: str, seqid: int,
             raise UnreadableReply(f"it answers {header.name or '?'} #{header.seqid}, not "
                                   f"{method} #{seqid}")
         result_cls = getattr(service, method + "_result")
-        result, _ = binary.decode_struct(result_cls, payload, header.end)
+        result, _ = binary.decode_struct(result_cls, payload, header.end, budget=budget)
+    except DecodeBudgetError as exc:
+        raise UnreadableReply(str(DecodeBudgetError(
+            exc.limit, f"the client's limit: decoded_size_factor {decoded_size_factor} "
+            f"times the reply's {len(payload):,} bytes, and at least "
+            f"{DECODED_SIZE_FLOOR:,}"))) from None
     except RpcError as exc:
         raise UnreadableReply(str(exc)) from None
     spec = result_cls.thrift_spec

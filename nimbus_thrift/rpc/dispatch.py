@@ -4,8 +4,16 @@
     frame ──► message header ──► method lookup ──► args decode ──► handler ──► encode
                   │                    │                 │             │          │
              BadVersion:          UNKNOWN_METHOD    PROTOCOL_ERROR   declared: REPLY
-             close conn.          (INVALID_MESSAGE_TYPE              undeclared:
-                                   for a non-call)                   INTERNAL_ERROR
+             close conn.          (INVALID_MESSAGE_TYPE (also over   undeclared:
+                                   for a non-call)  the decoded-size INTERNAL_ERROR
+                                                    budget)
+
+The args are decoded against the frame's decoded-size budget (rpc/decoded.py): the
+frame's bytes times ``decoded_size_factor``, at least 1 MiB.
+
+What a client hears of a handler's crash is the exception's type and a short reason
+with no absolute path (see :func:`public_reason`); the traceback goes to the log, with
+the request's peer, method and seqid.
 
 Runs on worker threads; knows nothing of sockets or the selector.
 """
@@ -14,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import operator
+import re
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
@@ -23,8 +32,10 @@ from thriftpy2.thrift import TApplicationException
 
 from . import binary
 from .context import REQUEST
-from .errors import (AppErrorCode, DecodeError, InvalidMessageTypeError, RequestError,
-                     UnknownMethodError, WireError)
+from .decoded import DECODED_SIZE_FLOOR
+from .errors import (AppErrorCode, DecodeBudgetError, DecodeError, InvalidMessageTypeError,
+                     RequestError, UnknownMethodError, WireError)
+from .options import DEFAULT_DECODED_SIZE_FACTOR
 
 log = structlog.get_logger(__name__)
 
@@ -35,6 +46,40 @@ Reply = bytes | list[bytes]
 
 #: Multiplexed names are "Service:method", split at the first separator (as Java does).
 SEPARATOR = ":"
+
+#: Characters of a crash's reason sent to the client: a sentence's worth. The whole
+#: text is in the log; a client needs to know what kind of failure it was, and a long
+#: message (an exception quoting a whole value) would only repeat what it sent.
+MAX_REASON_CHARS = 200
+
+#: An absolute path: "/" or "X:\" at the start of the text or after a space, quote,
+#: bracket, "=" or ","; then everything up to a space, quote or bracket.
+_ABSOLUTE_PATH = re.compile(r"""(?:^|(?<=[\s'"(\[{<=,]))"""
+                            r"""(?:/|[A-Za-z]:\\)[^\s'"()\[\]{}<>,;]*""")
+_TRACEBACK = "Traceback (most recent call last)"
+
+
+def public_reason(exc: BaseException) -> str:
+    """``"Type: reason"`` for a client: the exception's first words, each absolute path
+    replaced by its last component, one line, at most :data:`MAX_REASON_CHARS`.
+
+    Why the last component: it is what the client may recognise (its topology's id, its
+    file's name), while the rest is the daemon's layout (home directory, user name,
+    data directory), which is none of a client's business and helps an attacker.
+    """
+    text = str(exc).split(_TRACEBACK, 1)[0]           # an exception quoting a traceback
+    text = _ABSOLUTE_PATH.sub(_last_component, text)
+    text = " ".join(text.split())                      # one line
+    if len(text) > MAX_REASON_CHARS:
+        text = text[:MAX_REASON_CHARS - 3].rstrip() + "..."
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name
+
+
+def _last_component(match: re.Match[str]) -> str:
+    path = match.group(0).rstrip("/\\")
+    last = re.split(r"[/\\]", path)[-1]
+    return last or "/"
 
 
 class Status(enum.IntEnum):
@@ -62,7 +107,7 @@ class Method:
     #: The result is a string or binary that may be large enough for the scatter path.
     large_result: bool = False
     #: binary.struct_reader(args_cls), resolved once.
-    read_args: Callable[[Any, int, int], tuple[Any, int]] | None = None
+    read_args: binary.StructReader | None = None
     #: The handler's arguments from a decoded args struct: the value itself for one
     #: argument (``unpack_args`` False), else a tuple.
     get_args: Callable[[Any], Any] = tuple
@@ -112,12 +157,22 @@ class Dispatcher:
         default: ``(service, handler)`` answering unprefixed names, or None.
         services: ``{"Name": (service, handler)}`` answering ``"Name:method"``.
         strict_read: refuse old non-strict message headers.
+        decoded_size_factor: a request's decoded-size budget, per byte of its frame
+            (at least :data:`~.decoded.DECODED_SIZE_FLOOR` in all).
     """
 
     def __init__(self, default: tuple[Any, object] | None,
                  services: dict[str, tuple[Any, object]] | None = None,
-                 strict_read: bool = False) -> None:
+                 strict_read: bool = False,
+                 decoded_size_factor: float = DEFAULT_DECODED_SIZE_FACTOR) -> None:
         self.strict_read = strict_read
+        if isinstance(decoded_size_factor, bool) or not 1 <= decoded_size_factor < float("inf"):
+            raise ValueError(f"decoded_size_factor must be a number of at least 1, "
+                             f"not {decoded_size_factor!r}")
+        self.decoded_size_factor = decoded_size_factor
+        #: Frames up to this size get the floor as their budget (one comparison on the
+        #: hot path: most requests are small).
+        self._floor_frames = int(DECODED_SIZE_FLOOR // decoded_size_factor)
         self.default: dict[str, Method] | None = None
         if default is not None:
             service, handler = default
@@ -206,16 +261,29 @@ class Dispatcher:
                         f"method {name!r} is declared in the IDL but the handler does "
                         f"not implement it")
             assert method.read_args is not None
-            args, _ = method.read_args(frame, header.end, len(frame))
+            size = len(frame)
+            # decoded.decoded_size_limit, inlined.
+            budget = DECODED_SIZE_FLOOR if size <= self._floor_frames \
+                else max(DECODED_SIZE_FLOOR, int(size * self.decoded_size_factor))
+            args, _ = method.read_args(frame, header.end, size, budget)
+        except DecodeBudgetError as exc:
+            exc = DecodeBudgetError(
+                exc.limit, f"decoded_size_factor {self.decoded_size_factor} times this "
+                f"frame's {len(frame):,} bytes, and at least {DECODED_SIZE_FLOOR:,}")
+            return self._refuse(exc, reply_name, mtype, seqid, method)
         except RequestError as exc:
-            oneway = mtype == binary.ONEWAY or (method is not None and method.oneway)
-            log.warning("request_refused", code=exc.code.name, error=str(exc),
-                        effect="nothing sent (oneway)" if oneway else "TApplicationException")
-            if oneway:
-                return None, Status.FAILED
-            return binary.encode_framed_application_exception(
-                reply_name, seqid, str(exc), exc.code), Status.FAILED
+            return self._refuse(exc, reply_name, mtype, seqid, method)
         return self._call(method, args, reply_name, seqid)
+
+    def _refuse(self, exc: RequestError, reply_name: str, mtype: int, seqid: int,
+                method: Method | None) -> tuple[Reply | None, Status]:
+        oneway = mtype == binary.ONEWAY or (method is not None and method.oneway)
+        log.warning("request_refused", code=exc.code.name, error=str(exc),
+                    effect="nothing sent (oneway)" if oneway else "TApplicationException")
+        if oneway:
+            return None, Status.FAILED
+        return binary.encode_framed_application_exception(
+            reply_name, seqid, str(exc), exc.code), Status.FAILED
 
     def _call(self, method: Method, args: Any, name: str, seqid: int
               ) -> tuple[Reply | None, Status]:
@@ -237,13 +305,14 @@ class Dispatcher:
                     result = method.result_cls()
                     setattr(result, field, exc)
                     return self._encode(method, name, seqid, result, Status.DECLARED)
-            log.error("handler_failed", exc_info=exc,
+            # The whole story (traceback, full message) goes to the log, which carries
+            # the request's peer, method and seqid; the client gets public_reason.
+            log.error("handler_failed", exc_info=exc, error=f"{type(exc).__name__}: {exc}",
                       effect="nothing sent (oneway)" if method.oneway else "INTERNAL_ERROR")
             if method.oneway:
                 return None, Status.FAILED
             return binary.encode_framed_application_exception(
-                name, seqid,
-                f"Internal error processing {name}: {type(exc).__name__}: {exc}",
+                name, seqid, f"Internal error processing {name}: {public_reason(exc)}",
                 AppErrorCode.INTERNAL_ERROR), Status.FAILED
         if method.oneway:
             return None, Status.OK
@@ -263,11 +332,12 @@ class Dispatcher:
                     return binary.encode_large_reply(name, seqid, value), status
             return binary.encode_framed_message(name, binary.REPLY, seqid, result), status
         except Exception as exc:
-            log.error("reply_encode_failed", exc_info=exc, effect="INTERNAL_ERROR")
+            log.error("reply_encode_failed", exc_info=exc, error=f"{type(exc).__name__}: {exc}",
+                      effect="INTERNAL_ERROR")
             return binary.encode_framed_application_exception(
                 name, seqid,
                 f"Internal error processing {name}: the handler's result does not match "
-                f"the IDL ({type(exc).__name__}: {exc})",
+                f"the IDL ({public_reason(exc)})",
                 AppErrorCode.INTERNAL_ERROR), Status.FAILED
 
     def overload_reply(self, frame: bytes | bytearray, message: str) -> bytes | None:

@@ -94,6 +94,18 @@ class DecodeError(RequestError):
     code = AppErrorCode.PROTOCOL_ERROR
 
 
+class DecodeBudgetError(DecodeError):
+    """The values in a frame would take more memory once decoded than its decoded-size
+    budget (see :mod:`.decoded`) allows. ``limit`` is that budget in bytes; the
+    dispatcher (or the client) adds what it was made of."""
+
+    def __init__(self, limit: int, detail: str = "") -> None:
+        self.limit = limit
+        super().__init__(f"decoded-size limit exceeded: the values in this frame would "
+                         f"take more than {limit:,} bytes of memory once decoded"
+                         + (f" ({detail})" if detail else ""))
+
+
 class UnknownMethodError(RequestError):
     code = AppErrorCode.UNKNOWN_METHOD
 

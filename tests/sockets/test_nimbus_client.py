@@ -19,10 +19,12 @@ import nimbus_thrift
 from nimbus_thrift.idl import NIMBUS_PORT as DEFAULT_PORT
 from nimbus_thrift.rpc import binary, options
 from nimbus_thrift.client.client import DEFAULT_MAX_FRAME_SIZE, NimbusClient, nimbus_idl
-from nimbus_thrift.client.defaults import DEFAULT_CHUNK_SIZE, READ_ONLY_METHODS
+from nimbus_thrift.client.defaults import (DEFAULT_CHUNK_SIZE, DEFAULT_MAX_DOWNLOAD_BYTES,
+                                           READ_ONLY_METHODS)
 from nimbus_thrift.client.errors import (
     BadReply,
     ConnectionLost,
+    DownloadTooLarge,
     FrameRefused,
     NimbusClientError,
     NimbusTimeout,
@@ -222,6 +224,9 @@ def test_parse_frame_refusal(text, expected):
     ({"backoff_initial": 3.0, "backoff_max": 2.0}, "backoff_max must be a number of seconds "
                                                    "of at least backoff_initial (3.0)"),
     ({"max_frame_size": 0}, "max_frame_size must be an integer of at least 1"),
+    ({"decoded_size_factor": 0.5}, "decoded_size_factor must be a number of at least 1"),
+    ({"decoded_size_factor": float("nan")}, "decoded_size_factor must be a number of at least"),
+    ({"decoded_size_factor": True}, "decoded_size_factor must be a number of at least 1"),
 ])
 def test_invalid_arguments_are_value_errors_with_a_sentence(kwargs, text):
     with pytest.raises(ValueError) as info:
@@ -298,10 +303,21 @@ class Handler:
         self.sessions[session] = [file, 0]
         return session
 
+    def getTopology(self, id):
+        # "huge": 1M empty JavaObjectArgs, a ~1 MB reply that would decode to ~136 MB.
+        count = 1_000_000 if id == "huge" else 1
+        return nimbus.StormTopology(spouts={}, state_spouts={}, bolts={"b": nimbus.Bolt(
+            bolt_object=nimbus.ComponentObject(java_object=nimbus.JavaObject(
+                full_class_name="x", args_list=[nimbus.JavaObjectArg()] * count)),
+            common=nimbus.ComponentCommon(inputs={}, streams={}))})
+
     def downloadChunk(self, id):
         file, pos = self.sessions[id]
         if file == "broken" and pos > 0:
             raise RuntimeError("disk on fire")
+        if file == "endless":                      # a server that never stops sending
+            self.sessions[id][1] = pos + self.download_chunk
+            return b"y" * self.download_chunk
         data = self.files.get(file, b"x" * 1500)
         self.sessions[id][1] = pos + self.download_chunk
         return data[pos:pos + self.download_chunk]
@@ -518,6 +534,54 @@ def test_failed_download_leaves_neither_dest_nor_temp_file(server, tmp_path):
             client.download_file("broken", dest)
     assert dest.read_bytes() == b"previous"
     assert [p.name for p in tmp_path.iterdir()] == ["out.zip"]
+
+
+def test_download_over_max_bytes_stops_and_removes_the_partial_file(server, handler,
+                                                                   tmp_path):
+    dest = tmp_path / "out.zip"
+    dest.write_bytes(b"previous")
+    with client_of(server) as client:
+        with pytest.raises(DownloadTooLarge) as info:
+            client.download_file("endless", dest, max_bytes=10_500)
+        err = info.value
+        assert (err.file, err.limit, err.received) == ("endless", 10_500, 11_000)
+        assert "sent more than 10,500 bytes" in str(err)
+        assert "partial file was removed" in str(err)
+        # It stopped at the chunk that crossed the cap, not later.
+        assert handler.sessions["session-1"][1] == 11_000
+        assert client.getClusterInfo() == cluster_summary()     # connection kept
+    assert dest.read_bytes() == b"previous"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.zip"]
+    assert server.metrics().connections_accepted == 1
+
+
+def test_download_of_exactly_max_bytes_is_complete(server, handler, tmp_path):
+    handler.files["f"] = b"z" * 2500
+    with client_of(server) as client:
+        assert client.download_file("f", tmp_path / "a", max_bytes=2500) == 2500
+        with pytest.raises(DownloadTooLarge):
+            client.download_file("f", tmp_path / "b", max_bytes=2499)
+        with pytest.raises(ValueError, match="max_bytes must be an integer of at least 1"):
+            client.download_file("f", tmp_path / "c", max_bytes=0)
+    assert (tmp_path / "a").read_bytes() == b"z" * 2500
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
+
+
+def test_download_cap_defaults_to_a_generous_constant():
+    default = inspect.signature(NimbusClient.download_file).parameters["max_bytes"].default
+    assert default == DEFAULT_MAX_DOWNLOAD_BYTES >= 4 * 256 * 1024 * 1024
+
+
+def test_reply_over_the_decoded_size_budget_is_a_bad_reply(server):
+    with client_of(server) as client:
+        assert client.getTopology("small").bolts["b"].common.inputs == {}
+        with pytest.raises(BadReply) as info:
+            client.getTopology("huge")
+        assert "decoded-size limit exceeded" in str(info.value)
+        assert "the client's limit: decoded_size_factor 16 " in str(info.value)
+        assert not client.connected                   # discarded, as for any bad reply
+        assert client.getClusterInfo() == cluster_summary()
+    assert server.metrics().connections_accepted == 2
 
 
 def test_threads_share_one_client_one_call_at_a_time(server):

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import math
 import random
-import re
 import time
 import tracemalloc
 from types import ModuleType
 from typing import Any
 
 import pytest
-import thriftpy2
 from thriftpy2.protocol.binary import TBinaryProtocol
 from thriftpy2.protocol.cybin import TCyBinaryProtocol
 from thriftpy2.thrift import TApplicationException
@@ -21,78 +19,18 @@ from thriftpy2.transport.memory import TCyMemoryBuffer, TMemoryBuffer
 from nimbus_thrift.rpc import binary
 from nimbus_thrift.rpc.binary import MAX_DEPTH, MessageHeader, decode_struct, read_message_header
 from nimbus_thrift.rpc.errors import AppErrorCode, BadVersionError, DecodeError
-
-IDL = """
-enum Color { RED = 1, GREEN = 2, BLUE = 7 }
-
-struct Inner {
-  1: i32 x,
-  2: string s,
-}
-
-struct Node {
-  1: Node child,
-  2: i32 v,
-}
-
-struct All {
-  1: bool flag,
-  2: byte tiny,
-  3: i16 small,
-  4: i32 medium,
-  5: i64 big,
-  6: double real,
-  7: string text,
-  8: binary blob,
-  9: list<i32> ints,
-  10: set<string> tags,
-  11: map<string, i64> counts,
-  12: Inner inner,
-  13: Color color,
-  14: list<Inner> inners,
-  15: map<i32, list<string>> nested,
-  16: set<Inner> inner_set,
-  17: list<list<i16>> matrix,
-  18: map<Inner, Color> by_inner,
-  19: list<binary> blobs,
-  20: list<bool> bools,
-  21: list<double> doubles,
-  22: set<i64> longs,
-  23: map<binary, binary> raw,
-}
-
-struct Str { 1: string s }
-struct Bin { 1: binary b }
-struct Ints { 1: list<i32> li }
-struct IntSet { 1: set<i32> si }
-struct IntMap { 1: map<i32, i32> m }
-struct ListKeyMap { 1: map<list<i32>, i32> m }
-struct ListSet { 1: set<list<i32>> s }
-struct Pair { 1: i32 a, 2: i32 b }
-"""
+from support.binary_cases import (ALL_HEX, all_expected, c_outcome, encode_cy, h, load_cases,
+                                  python_outcome, round_trip_cases)
 
 
 @pytest.fixture(scope="module")
 def t(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
-    path = tmp_path_factory.mktemp("idl") / "binary_cases.thrift"
-    path.write_text(IDL)
-    return thriftpy2.load(str(path), module_name="binary_cases_thrift")
-
-
-def h(text: str) -> bytes:
-    """Hex with whitespace and `#` comments, as in the fixtures below."""
-    return bytes.fromhex(re.sub(r"#[^\n]*", "", text).replace(" ", "").replace("\n", ""))
+    return load_cases(tmp_path_factory.mktemp("idl"))
 
 
 def encode_py(obj: object) -> bytes:
     buf = TMemoryBuffer()
     TBinaryProtocol(buf).write_struct(obj)
-    return buf.getvalue()
-
-
-def encode_cy(obj: object) -> bytes:
-    buf = TCyMemoryBuffer()
-    TCyBinaryProtocol(buf).write_struct(obj)
     return buf.getvalue()
 
 
@@ -199,45 +137,6 @@ def test_header_name_not_utf8(wire: str) -> None:
 
 # --------------------------------------------------------------------------- decoding
 
-ALL_HEX = """
-02 0001 01                          # 1: bool flag = true
-03 0002 fe                          # 2: byte tiny = -2
-06 0003 8000                        # 3: i16 small = -32768
-08 0004 7fffffff                    # 4: i32 medium = 2**31-1
-0a 0005 8000000000000000            # 5: i64 big = -2**63
-04 0006 3ff8000000000000            # 6: double real = 1.5
-0b 0007 00000005 68c3a96c6c         # 7: string text = "h\u00e9ll"
-0b 0008 00000003 00ff80             # 8: binary blob = 00 ff 80
-0f 0009 08 00000002 00000001 ffffffff                   # 9: list<i32> = [1, -1]
-0e 000a 0b 00000002 00000001 61 00000001 62             # 10: set<string> = {a, b}
-0d 000b 0b 0a 00000001 00000001 6b 0000000000000003     # 11: map<string,i64> = {k: 3}
-0c 000c 08 0001 00000007 0b 0002 00000000 00            # 12: Inner(x=7, s="")
-08 000d 00000007                                        # 13: Color = BLUE
-0f 000e 0c 00000002 00 08 0001 00000001 00              # 14: [Inner(), Inner(x=1)]
-0d 000f 08 0f 00000001 00000005 0b 00000001 00000000    # 15: {5: [""]}
-0e 0010 0c 00000001 08 0001 00000002 00                 # 16: {Inner(x=2)}
-0f 0011 0f 00000002 06 00000001 0001 06 00000000        # 17: [[1], []]
-0d 0012 0c 08 00000001 08 0001 00000003 00 00000001     # 18: {Inner(x=3): RED}
-0f 0013 0b 00000002 00000000 00000001 ff                # 19: [b"", b"\\xff"]
-0f 0014 02 00000003 01 00 01                            # 20: [True, False, True]
-0f 0015 04 00000001 c000000000000000                    # 21: [-2.0]
-0e 0016 0a 00000001 7fffffffffffffff                    # 22: {2**63-1}
-0d 0017 0b 0b 00000001 00000001 00 00000002 fffe        # 23: {b"\\0": b"\\xff\\xfe"}
-00                                                      # STOP
-"""
-
-
-def all_expected(t: ModuleType) -> object:
-    return t.All(
-        flag=True, tiny=-2, small=-32768, medium=2**31 - 1, big=-2**63, real=1.5,
-        text="h\u00e9ll", blob=b"\x00\xff\x80", ints=[1, -1], tags={"a", "b"},
-        counts={"k": 3}, inner=t.Inner(x=7, s=""), color=t.Color.BLUE,
-        inners=[t.Inner(), t.Inner(x=1)], nested={5: [""]}, inner_set={t.Inner(x=2)},
-        matrix=[[1], []], by_inner={t.Inner(x=3): t.Color.RED}, blobs=[b"", b"\xff"],
-        bools=[True, False, True], doubles=[-2.0], longs={2**63 - 1},
-        raw={b"\x00": b"\xff\xfe"})
-
-
 def test_decode_every_type_from_hex(t: ModuleType) -> None:
     data = h(ALL_HEX)
     obj, end = decode_struct(t.All, data)
@@ -342,29 +241,9 @@ def test_recursive_struct_up_to_the_depth_limit(t: ModuleType) -> None:
     assert depth == levels
 
 
-def _round_trip_cases(t: ModuleType) -> list[object]:
-    return [
-        t.All(),
-        all_expected(t),
-        t.All(flag=False, tiny=127, small=32767, medium=-2**31, big=2**63 - 1,
-              real=-0.0, text="", blob=b"", ints=[], tags=set(), counts={},
-              inner=t.Inner(), color=t.Color.GREEN, inners=[], nested={},
-              inner_set=set(), matrix=[], by_inner={}, blobs=[], bools=[],
-              doubles=[], longs=set(), raw={}),
-        t.All(real=math.inf, doubles=[math.inf, -math.inf, 5e-324, 1.7976931348623157e308],
-              text="\U0001f600 \u00fc \u4e2d \x00", tags={"\U0001f600", ""},
-              ints=list(range(-500, 500)), blob=bytes(range(256)),
-              counts={str(i): i * 2**40 for i in range(50)},
-              nested={i: [str(j) for j in range(i)] for i in range(10)},
-              matrix=[[j for j in range(i)] for i in range(20)]),
-        t.Node(v=1, child=t.Node(v=2, child=t.Node(v=3))),
-        t.Pair(a=0, b=-1),
-    ]
-
-
 @pytest.mark.parametrize("encode", [encode_py, encode_cy], ids=["pure-python", "cybin"])
 def test_round_trip_against_thriftpy2_encoders(t: ModuleType, encode) -> None:
-    for obj in _round_trip_cases(t):
+    for obj in round_trip_cases(t):
         data = encode(obj)
         decoded, end = decode_struct(type(obj), data)
         assert decoded == obj
@@ -597,56 +476,36 @@ def test_frame_header() -> None:
 # tests hold the two to the same answers directly, so a C decoder that silently falls
 # back (slow) or accepts what Python refuses (wrong) fails here.
 
-def _python(cls: type, data: bytes | bytearray, pos: int = 0, end: int | None = None):
-    """The Python decoder's outcome: (repr of the value, end) or DecodeError. Compared
-    as reprs so that a NaN equals itself."""
-    try:
-        value, stop = binary._struct_reader(cls)(data, pos, len(data) if end is None else end, 0)
-    except DecodeError:
-        return DecodeError
-    return repr(value), stop
-
-
-def _c(cls: type, data: bytes | bytearray, pos: int = 0, end: int | None = None):
-    plan = binary.c_plan(cls)
-    assert plan is not None, f"no C plan for {cls.__name__}"
-    result = binary._wire.decode_struct(plan, data, pos, len(data) if end is None else end)
-    if result is None:
-        return DecodeError
-    assert type(result[0]) is cls
-    return repr(result[0]), result[1]
-
-
 def test_the_c_decoder_is_built() -> None:
     assert binary._wire is not None, "nimbus_thrift.rpc._wire was not built: run scripts/setup.sh"
 
 
 def test_c_decodes_every_type_and_case_as_python_does(t: ModuleType) -> None:
-    cases = [(t.All, h(ALL_HEX))] + [(type(o), encode_cy(o)) for o in _round_trip_cases(t)]
+    cases = [(t.All, h(ALL_HEX))] + [(type(o), encode_cy(o)) for o in round_trip_cases(t)]
     for cls, data in cases:
-        c = _c(cls, data)
+        c = c_outcome(cls, data)
         assert c is not DecodeError, f"C refused a valid {cls.__name__}"
-        assert c == _python(cls, data)
+        assert c == python_outcome(cls, data)
 
 
 def test_c_honours_pos_and_end(t: ModuleType) -> None:
     body = h("08 0001 00000005  08 0002 00000006  00")
     data = b"HEADER" + body + b"trailing"
-    assert _c(t.Pair, data, 6, 6 + len(body)) == (repr(t.Pair(a=5, b=6)), 6 + len(body))
-    assert _c(t.Pair, data, 6, 6 + len(body) - 1) is DecodeError
-    assert _c(t.Pair, data, 6, len(data) + 1) is DecodeError     # end beyond the buffer
+    assert c_outcome(t.Pair, data, 6, 6 + len(body)) == (repr(t.Pair(a=5, b=6)), 6 + len(body))
+    assert c_outcome(t.Pair, data, 6, 6 + len(body) - 1) is DecodeError
+    assert c_outcome(t.Pair, data, 6, len(data) + 1) is DecodeError     # end beyond the buffer
 
 
 def test_c_and_python_agree_on_every_truncation_and_flipped_byte(t: ModuleType) -> None:
     data = bytearray(encode_cy(all_expected(t)))
     for cut in range(len(data)):
-        assert _c(t.All, data, 0, cut) is DecodeError
+        assert c_outcome(t.All, data, 0, cut) is DecodeError
     checked = 0
     for i in range(len(data)):
         original = data[i]
         for value in (0x00, 0x01, 0x02, 0x0b, 0x0c, 0x7F, 0x80, 0xFF):
             data[i] = value
-            assert _c(t.All, data) == _python(t.All, data), f"byte {i} = {value:#x}"
+            assert c_outcome(t.All, data) == python_outcome(t.All, data), f"byte {i} = {value:#x}"
             checked += 1
         data[i] = original
     assert checked == 8 * len(data)
@@ -656,7 +515,7 @@ def test_c_and_python_agree_on_random_frames(t: ModuleType) -> None:
     # Seeded fuzz: valid encodings with random bytes spliced in, and random noise.
     import random
     rng = random.Random(20261121)
-    seeds = [encode_cy(o) for o in _round_trip_cases(t)]
+    seeds = [encode_cy(o) for o in round_trip_cases(t)]
     agreed_valid = 0
     for _ in range(3000):
         data = bytearray(rng.choice(seeds))
@@ -665,8 +524,8 @@ def test_c_and_python_agree_on_random_frames(t: ModuleType) -> None:
             data[i:i + rng.randint(0, 3)] = bytes(rng.randrange(256)
                                                   for _ in range(rng.randint(0, 3)))
         for cls in (t.All, t.Node, t.Pair, t.IntMap, t.ListSet):
-            python = _python(cls, data)
-            assert _c(cls, data) == python
+            python = python_outcome(cls, data)
+            assert c_outcome(cls, data) == python
             agreed_valid += python is not DecodeError
     assert agreed_valid > 100        # the fuzz also reaches inputs that decode
 
@@ -685,18 +544,18 @@ def test_c_refuses_what_python_refuses(t: ModuleType) -> None:
         (t.Pair, h("07 0009 00")),                           # unknown wire type 7
     ]
     for cls, data in hostile:
-        assert _python(cls, data) is DecodeError, data.hex()
-        assert _c(cls, data) is DecodeError, data.hex()
+        assert python_outcome(cls, data) is DecodeError, data.hex()
+        assert c_outcome(cls, data) is DecodeError, data.hex()
 
 
 def test_c_nesting_limit_matches(t: ModuleType) -> None:
     def nested(levels: int) -> bytes:
         return h("0c 0001") * levels + h("00") * (levels + 1)
-    assert _c(t.Node, nested(MAX_DEPTH - 1)) == _python(t.Node, nested(MAX_DEPTH - 1))
-    assert _c(t.Node, nested(MAX_DEPTH - 1)) is not DecodeError
-    assert _c(t.Node, nested(MAX_DEPTH)) is DecodeError
-    assert _python(t.Node, nested(MAX_DEPTH)) is DecodeError
-    assert _c(t.Node, nested(100_000)) is DecodeError     # no C stack overflow either
+    assert c_outcome(t.Node, nested(MAX_DEPTH - 1)) == python_outcome(t.Node, nested(MAX_DEPTH - 1))
+    assert c_outcome(t.Node, nested(MAX_DEPTH - 1)) is not DecodeError
+    assert c_outcome(t.Node, nested(MAX_DEPTH)) is DecodeError
+    assert python_outcome(t.Node, nested(MAX_DEPTH)) is DecodeError
+    assert c_outcome(t.Node, nested(100_000)) is DecodeError     # no C stack overflow either
 
 
 @pytest.mark.parametrize("wire", [
@@ -711,7 +570,7 @@ def test_c_nesting_limit_matches(t: ModuleType) -> None:
     "8001",
 ])
 @pytest.mark.parametrize("strict", [False, True])
-def test_c_message_header_agrees_with_python(wire: str, strict: bool) -> None:
+def test_c_message_header_agrees_withpython_outcome(wire: str, strict: bool) -> None:
     data = h(wire)
     try:
         expected = tuple(binary._read_message_header(data, strict))
@@ -829,7 +688,7 @@ def test_encode_framed_application_exception() -> None:
 
 
 def test_c_encodes_every_fixture_as_thriftpy2(t: ModuleType) -> None:
-    for obj in _round_trip_cases(t):
+    for obj in round_trip_cases(t):
         assert_encodes_as_thriftpy2(obj)
     # The ALL_HEX fixture, read back, writes as thriftpy2 writes it.
     assert_encodes_as_thriftpy2(decode_struct(t.All, h(ALL_HEX))[0])
@@ -1086,7 +945,7 @@ def test_c_encodes_random_structs_as_thriftpy2(t: ModuleType) -> None:
     data = _c_encode(obj, framed=False)
     assert data is not None
     header = read_message_header(data)
-    assert _python(t.All, data, header.end) == _c(t.All, data, header.end)
+    assert python_outcome(t.All, data, header.end) == c_outcome(t.All, data, header.end)
 
 
 def test_c_and_thriftpy2_agree_on_random_wrong_values(t: ModuleType) -> None:

@@ -87,6 +87,8 @@ def test_wire_fixture(path: Path) -> None:
         assert exc.message  # a sentence for the client, never empty
         if "message_contains" in expected:
             assert expected["message_contains"] in exc.message
+        if "message_excludes" in expected:
+            assert expected["message_excludes"] not in exc.message
         return
 
     assert header.type == binary.REPLY
