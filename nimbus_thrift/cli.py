@@ -20,9 +20,11 @@ import structlog
 from . import logs, render
 from .client.defaults import DEFAULT_TIMEOUT, DEFAULT_WAIT_TIMEOUT
 from .idl import NIMBUS_PORT
-from .rpc.options import (DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
-                          DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FRAME_SIZE,
-                          DEFAULT_MAX_READ_BUFFER_BYTES, DEFAULT_WORKER_QUEUE_SIZE,
+from .rpc.options import (DEFAULT_FIRST_REQUEST_TIMEOUT, DEFAULT_FRAME_READ_TIMEOUT,
+                          DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FRAME_SIZE,
+                          DEFAULT_MAX_READ_BUFFER_BYTES, DEFAULT_MAX_UNSENT_REPLY_BYTES,
+                          DEFAULT_MIN_FRAME_RATE, DEFAULT_PARK_TIMEOUT,
+                          DEFAULT_SEND_BUFFER_SIZE, DEFAULT_WORKER_QUEUE_SIZE,
                           DEFAULT_WORKER_THREADS, OptionError)
 from .tuning import tune_allocator
 
@@ -66,10 +68,29 @@ def main() -> None:
               default=DEFAULT_IDLE_TIMEOUT, show_default=True)
 @click.option("--frame-read-timeout", type=click.FloatRange(0, min_open=True),
               default=DEFAULT_FRAME_READ_TIMEOUT, show_default=True)
+@click.option("--max-connections-per-peer", type=click.IntRange(1), default=None,
+              help="Connections one client address may hold [default: a quarter of "
+                   "--max-connections, at least 64].")
+@click.option("--first-request-timeout", type=click.FloatRange(0, min_open=True),
+              default=DEFAULT_FIRST_REQUEST_TIMEOUT, show_default=True,
+              help="Seconds a new connection has to deliver its first request.")
+@click.option("--park-timeout", type=click.FloatRange(0, min_open=True),
+              default=DEFAULT_PARK_TIMEOUT, show_default=True,
+              help="Seconds a frame may wait for read-buffer memory before it is refused.")
+@click.option("--min-frame-rate", type=click.IntRange(1), default=DEFAULT_MIN_FRAME_RATE,
+              show_default=True, help="Bytes/s a frame in progress must average.")
+@click.option("--max-unsent-reply-bytes", type=click.IntRange(1),
+              default=DEFAULT_MAX_UNSENT_REPLY_BYTES, show_default=True,
+              help="Reply bytes held for clients that do not read them.")
+@click.option("--send-buffer-size", type=click.IntRange(1), default=DEFAULT_SEND_BUFFER_SIZE,
+              show_default=True, help="SO_SNDBUF of accepted sockets.")
 @_logging_options
 def demo(host: str, port: int, workers: int, queue_size: int, max_frame_size: int,
          max_read_buffer_bytes: int, max_connections: int, idle_timeout: float,
-         frame_read_timeout: float, log_level: str, log_format: Any) -> None:
+         frame_read_timeout: float, max_connections_per_peer: int | None,
+         first_request_timeout: float, park_timeout: float, min_frame_rate: int,
+         max_unsent_reply_bytes: int, send_buffer_size: int | None, log_level: str,
+         log_format: Any) -> None:
     """Serve the demo service (idl/demo.thrift: Echo, and Calculator multiplexed)."""
     from . import make_server
     from .demo import CalculatorHandler, EchoHandler, demo_thrift
@@ -87,7 +108,11 @@ def demo(host: str, port: int, workers: int, queue_size: int, max_frame_size: in
             worker_threads=workers, worker_queue_size=queue_size,
             max_frame_size=max_frame_size, max_read_buffer_bytes=max_read_buffer_bytes,
             max_connections=max_connections, idle_timeout=idle_timeout,
-            frame_read_timeout=frame_read_timeout)
+            frame_read_timeout=frame_read_timeout,
+            max_connections_per_peer=max_connections_per_peer,
+            first_request_timeout=first_request_timeout, park_timeout=park_timeout,
+            min_frame_rate=min_frame_rate, max_unsent_reply_bytes=max_unsent_reply_bytes,
+            send_buffer_size=send_buffer_size)
         bound_host, bound_port = server.start()
     except OptionError as exc:
         raise click.UsageError(str(exc)) from None

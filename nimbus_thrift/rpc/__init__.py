@@ -12,8 +12,11 @@ Layers, each importing only those below it::
     workers     the worker pool that runs handlers     wakeup  wakes the selector
     dispatch    decode a request, call the handler, encode the reply
     connection  the per-connection framing state table
+    deadlines   when a connection is closed: first request, frame rate, parking, writes
     memory      the server-wide read-buffer budget      metrics  counters
+    throttle    log lines at most once per peer per interval
     calls       call encoding and reply decoding for clients (no sockets)
-    binary      TBinaryProtocol (C fast path in _wire.c)
+    binary      TBinaryProtocol (C fast path in _wire.c; pydecode the Python decoder)
+    decoded     what decoded objects cost, charged against a per-request budget
     fastio      socket calls (C in _fastio.c)           options, errors, context
 """

@@ -263,7 +263,30 @@ fastio_epoll_wait(PyObject *self, PyObject *args)
     return list;
 }
 
+PyDoc_STRVAR(grow_bytearray_doc,
+"grow_bytearray(buffer, size) -> None\n\n"
+"Resize the bytearray buffer to size bytes without zero-filling what is added: the\n"
+"frame reader fills it by recv before anyone reads it (zeroing would write every\n"
+"byte twice). Fails like bytearray resizing does while a memoryview is exported.");
+
+static PyObject *
+fastio_grow_bytearray(PyObject *self, PyObject *args)
+{
+    PyObject *buffer;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "O!n:grow_bytearray", &PyByteArray_Type, &buffer, &size))
+        return NULL;
+    if (size < PyByteArray_GET_SIZE(buffer)) {
+        PyErr_SetString(PyExc_ValueError, "grow_bytearray() cannot shrink a buffer");
+        return NULL;
+    }
+    if (PyByteArray_Resize(buffer, size) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef fastio_methods[] = {
+    {"grow_bytearray", fastio_grow_bytearray, METH_VARARGS, grow_bytearray_doc},
     {"recv_into", fastio_recv_into, METH_VARARGS, recv_into_doc},
     {"send", fastio_send, METH_VARARGS, send_doc},
     {"sendmsg", fastio_sendmsg, METH_VARARGS, sendmsg_doc},

@@ -6,24 +6,33 @@ Theory of operation
 Like Java's THsHa FrameBuffer, a connection has at most one request in flight::
 
     READING_HEADER ──frame admitted──► READING_FRAME ──complete──► PROCESSING
-       │    ▲  │                          ▲                    reply │    │ no reply
-       │    │  └─frame parked─► AWAITING_MEMORY       or overloaded │    │ (oneway)
-       │    │                   (not polled)                        ▼    │
-       │    └──────────────── reply sent ◄──────────────────── WRITING   │
-       │    └────────────────────────────────────────────────────────────┘
-       └─frame refused─► LINGERING (error reply, then close)      any ──► CLOSED
+       │    ▲                         │  ▲                     reply │    │ no reply
+       │    │          buffer full,   │  │ memory              or overloaded │    │ (oneway)
+       │    │          budget is not  ▼  │ granted                ▼    │
+       │    │                     AWAITING_MEMORY                WRITING   │
+       │    │                      (not polled) ─park timeout─┐    │    │
+       │    └──────────────── reply sent ◄─────────────────────┼────┘    │
+       │    └──────────────────────────────────────────────────┼─────────┘
+       └─frame refused─► LINGERING (error reply, then close) ◄─┘  any ──► CLOSED
 
 Reading stops while a request is processed or a reply is written; frames a client
 pipelines stay in the kernel, or (when one read brought several) in ``leftover``.
 
 Accounting: every byte held beyond a frame's 4-byte length prefix is reserved in the
-shared :class:`~nimbus_thrift.rpc.memory.MemoryBudget` before it is kept. The selector
-reads at most ``header_read_limit()`` bytes while looking for a frame header, which
-caps the speculative body bytes at what the budget has free; a frame's whole declared
-size is reserved before its buffer is allocated; a request's frame is released when
-its outcome comes back (reply ready, handler error, or the peer gone); closing
-releases whatever is left. ``held`` is this connection's share, so a second release is
-impossible: it is zeroed as it is returned.
+shared :class:`~nimbus_thrift.rpc.memory.MemoryBudget` before it is kept, and only
+bytes that arrived (plus bounded room for the next read) are held. The selector reads
+at most ``header_read_limit()`` bytes while looking for a frame header, which caps the
+speculative body bytes at what the budget has free. A declared length is checked
+against ``max_frame_size`` and the whole budget before anything is kept; an admitted
+frame's buffer then holds only what arrived, and :meth:`Connection.frame_view` grows it
+when it is full, doubling (to at least :data:`GROWTH_MIN`, at most to the declared
+length) after reserving the growth. So a frame in progress holds at most twice what
+its client sent, or :data:`GROWTH_MIN`: a client that declares a large frame and sends
+nothing holds nothing. When growth does not fit, the frame parks for *everything* it
+still needs (AWAITING_MEMORY), so once admitted it reads to its end without parking
+again. A request's frame is released when its outcome comes back (reply ready,
+handler error, or the peer gone); closing releases whatever is left. ``held`` is this
+connection's share, so a second release is impossible: it is zeroed as it is returned.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from .binary import read_message_header
 from .errors import FrameSizeError, NotThriftError, RpcError
+from .fastio import grow_bytearray
 from .memory import MemoryBudget
 
 if TYPE_CHECKING:
@@ -45,6 +55,12 @@ Buffer = bytes | bytearray | memoryview
 #: brings a whole small request (one syscall per call); larger frames are read straight
 #: into their own buffer afterwards.
 SCRATCH_SIZE = 64 * 1024
+
+#: Smallest growth of a frame buffer, and the buffer a frame gets when its first body
+#: bytes come after the header read: one scratch-sized read, so a frame that streams in
+#: grows by doubling from there (4 reallocations for 1 MiB) while a client dripping a
+#: byte at a time holds no more than this.
+GROWTH_MIN = SCRATCH_SIZE
 
 _LENGTH = struct.Struct(">i")
 
@@ -83,9 +99,10 @@ S, E = State, Event
 #: The only transitions there are. CLOSE is allowed from every state but CLOSED.
 TRANSITIONS: dict[tuple[State, Event], State] = {
     (S.READING_HEADER, E.FRAME_ADMITTED): S.READING_FRAME,
-    (S.READING_HEADER, E.FRAME_PARKED): S.AWAITING_MEMORY,
     (S.READING_HEADER, E.REFUSED): S.LINGERING,
+    (S.READING_FRAME, E.FRAME_PARKED): S.AWAITING_MEMORY,
     (S.AWAITING_MEMORY, E.MEMORY_GRANTED): S.READING_FRAME,
+    (S.AWAITING_MEMORY, E.REFUSED): S.LINGERING,
     (S.READING_FRAME, E.FRAME_COMPLETE): S.PROCESSING,
     (S.PROCESSING, E.REPLY_READY): S.WRITING,
     (S.PROCESSING, E.OVERLOADED): S.WRITING,
@@ -149,16 +166,19 @@ class Connection:
     * in READING_HEADER, read at most :meth:`header_read_limit` bytes and pass them to
       :meth:`received` (or call :meth:`received` with ``leftover`` first);
     * in READING_FRAME, read into :meth:`frame_view` and report the count with
-      :meth:`frame_bytes_received`;
+      :meth:`frame_bytes_received`; when :meth:`frame_view` returns None the frame
+      parked (AWAITING_MEMORY) and the connection must not be polled until the budget
+      admits it;
     * when a frame is complete it is in :attr:`frame`; when its outcome is back, call
       :meth:`request_done`.
     """
 
     __slots__ = ("peer", "budget", "max_frame_size", "state", "hdr", "frame", "pos",
-                 "size", "leftover", "held", "need", "partial", "last_activity",
+                 "size", "leftover", "held", "need", "last_activity",
                  "frame_started", "fd", "sock", "io", "out", "out_size", "write_started",
                  "interest", "refusal", "refused_call", "peer_gone", "closing",
-                 "linger_until")
+                 "linger_until", "host", "opened_at", "fresh", "parked_at",
+                 "outq_checked")
 
     def __init__(self, peer: str, budget: MemoryBudget, max_frame_size: int,
                  now: float = 0.0) -> None:
@@ -173,9 +193,15 @@ class Connection:
         self.leftover = b""            # bytes read past the current frame (reserved)
         self.held = 0                  # bytes reserved for this connection
         self.need = 0                  # bytes still to reserve while parked
-        self.partial = b""             # body bytes received before parking (reserved)
         self.last_activity = now
-        self.frame_started = 0.0       # when the current frame's first byte arrived
+        # When the current frame's first byte arrived, moved later by the time it spent
+        # parked: the frame's clocks (read timeout, rate) count the client's time only.
+        self.frame_started = 0.0
+        self.opened_at = now
+        self.fresh = True              # no request complete yet (first_request_timeout)
+        self.parked_at = 0.0           # when the current frame parked
+        self.outq_checked = 0.0        # last_activity when the send queue was last checked
+        self.host = peer               # what per-peer limits count (the peer's address)
         # Fields the I/O shell owns; kept here so one object describes a connection.
         self.fd = -1
         self.sock: socket.socket | None = None
@@ -211,10 +237,30 @@ class Connection:
         length prefix plus as many body bytes as the budget can hold right now."""
         return 4 - len(self.hdr) + min(SCRATCH_SIZE, self.budget.free_now())
 
-    def frame_view(self) -> memoryview:
-        """Where the rest of the current frame goes (READING_FRAME)."""
-        assert isinstance(self.frame, bytearray)
-        return memoryview(self.frame)[self.pos:]
+    def frame_view(self) -> memoryview | None:
+        """Where the next bytes of the current frame go (READING_FRAME).
+
+        A full buffer first grows (doubling, to at least :data:`GROWTH_MIN`, at most to the
+        declared length), the growth reserved before it is allocated. When the budget
+        cannot give it now, the frame parks for everything it still needs and this
+        returns None (the connection is AWAITING_MEMORY)."""
+        frame = self.frame
+        assert isinstance(frame, bytearray)
+        pos = self.pos
+        cap = len(frame)
+        if pos == cap:
+            size = self.size
+            grown = 2 * cap if cap > GROWTH_MIN // 2 else GROWTH_MIN
+            if grown > size:
+                grown = size
+            if not self.budget.try_reserve(grown - cap):
+                self.need = size - cap
+                self.budget.park(self)
+                self.advance(Event.FRAME_PARKED)
+                return None
+            self.held += grown - cap
+            grow_bytearray(frame, grown)
+        return memoryview(frame)[pos:]
 
     def received(self, data: Buffer, reserved: bool = False) -> Event | None:
         """Take bytes that arrived in READING_HEADER.
@@ -276,16 +322,11 @@ class Connection:
             self.advance(Event.FRAME_ADMITTED)
             self.advance(Event.FRAME_COMPLETE)
             return Event.FRAME_COMPLETE
-        if self.budget.try_reserve(size - have):
-            self.held += size - have
-            self._start_frame(body)
-            self.advance(Event.FRAME_ADMITTED)
-            return Event.FRAME_ADMITTED
-        self.partial = bytes(body)
-        self.need = size - have
-        self.budget.park(self)
-        self.advance(Event.FRAME_PARKED)
-        return Event.FRAME_PARKED
+        # Admitted with what arrived (already reserved): the buffer grows in frame_view().
+        self.frame = bytearray(body)
+        self.pos = have
+        self.advance(Event.FRAME_ADMITTED)
+        return Event.FRAME_ADMITTED
 
     def _check_size(self, size: int, prefix: bytes) -> Exception | None:
         if size <= 0 or size > self.max_frame_size or size > self.budget.capacity:
@@ -305,19 +346,13 @@ class Connection:
                                   "(max_read_buffer_bytes)")
         return None
 
-    def _start_frame(self, body: Buffer) -> None:
-        frame = bytearray(self.size)
-        n = len(memoryview(body))
-        frame[:n] = body
-        self.frame = frame
-        self.pos = n
-
     def memory_granted(self) -> None:
-        """The budget reserved :attr:`need` for this parked frame (called by admit())."""
-        self.held += self.size - len(self.partial)
-        self._start_frame(self.partial)
-        self.partial = b""
+        """The budget reserved :attr:`need` for this parked frame (called by admit()):
+        the buffer takes the frame's whole declared length."""
         self.advance(Event.MEMORY_GRANTED)
+        assert isinstance(self.frame, bytearray)
+        self.held += self.size - len(self.frame)
+        grow_bytearray(self.frame, self.size)
 
     def frame_bytes_received(self, n: int) -> bool:
         """``n`` more bytes landed in :meth:`frame_view`; True once the frame is whole."""
@@ -357,7 +392,6 @@ class Connection:
         self._give_back(self.held)
         self.frame = None
         self.leftover = b""
-        self.partial = b""
         self.need = 0
         if self.state is not State.CLOSED:
             self.advance(Event.CLOSE)
@@ -367,6 +401,27 @@ class Connection:
         if n:
             self.held -= n
             self.budget.release(n)
+
+    def refuse_parked(self, error: Exception) -> None:
+        """A parked frame waited too long (park_timeout): leave the queue, release its
+        bytes and go LINGERING with ``error`` as the refusal, as for a frame too large."""
+        if self.state is not State.AWAITING_MEMORY:
+            raise IllegalTransition(f"{self.state.name} has no transition on "
+                                    f"{E.REFUSED.name} from a park timeout ({self.peer})")
+        self.budget.unpark(self)
+        frame = self.frame
+        self.refused_call = _peek_call(memoryview(frame)[:self.pos] if frame else b"")
+        self.refusal = error
+        self.frame = None
+        self.need = 0
+        self._give_back(self.held)
+        self.advance(Event.REFUSED)
+
+    def received_in_frame(self) -> int:
+        """Bytes of the frame in progress received so far, its length prefix included."""
+        if self.state is State.READING_HEADER:
+            return len(self.hdr)
+        return 4 + self.pos
 
     @property
     def mid_frame(self) -> bool:

@@ -6,7 +6,10 @@ the C file for the measurement). Without the compiled module -- no compiler at i
 time, or PyPy -- the same functions are the socket module's, and everything behaves
 the same, only slower under load.
 
-Each takes a socket (or a descriptor, for the C versions) and raises what the socket
+Also :func:`grow_bytearray`, which lengthens a frame buffer without zero-filling it
+(the C version; the fallback zero-fills).
+
+Each socket call takes a socket (or a descriptor, for the C versions) and raises what the socket
 methods raise: BlockingIOError when the call would block, other OSErrors as errno says.
 """
 
@@ -27,6 +30,7 @@ if _fastio is not None:
     recv_into = _fastio.recv_into
     send = _fastio.send
     sendmsg = _fastio.sendmsg
+    grow_bytearray = _fastio.grow_bytearray
     _epoll_wait = _fastio.epoll_wait
 
     def poll(ep: select.epoll, timeout: float = -1.0, maxevents: int = -1,
@@ -42,6 +46,11 @@ else:  # pragma: no cover - exercised only where the C module is absent
 
     def send(sock: Any, data: Any, /) -> int:
         return sock.send(data)
+
+    def grow_bytearray(buffer: bytearray, size: int, /) -> None:
+        if size < len(buffer):
+            raise ValueError("grow_bytearray() cannot shrink a buffer")
+        buffer.extend(bytes(size - len(buffer)))
 
     def sendmsg(sock: Any, buffers: Any, /) -> int:
         return sock.sendmsg(buffers)

@@ -10,19 +10,22 @@ class ServerState:
     """Mutable counters, written only by the selector thread."""
 
     __slots__ = ("connections_open", "connections_accepted", "connections_refused",
-                 "frames_refused", "requests_submitted", "requests_completed",
+                 "connections_refused_per_peer", "frames_refused", "requests_submitted", "requests_completed",
                  "requests_failed", "requests_overloaded", "timeouts")
 
     def __init__(self) -> None:
         self.connections_open = 0
         self.connections_accepted = 0
-        self.connections_refused = 0      # over max_connections
+        self.connections_refused = 0      # over max_connections or the per-peer cap
+        self.connections_refused_per_peer = 0   # of those, over max_connections_per_peer
         self.frames_refused = 0           # bad or oversized frame lengths
         self.requests_submitted = 0       # handed to the worker pool
         self.requests_completed = 0       # outcome back: a reply or nothing (oneway)
         self.requests_failed = 0          # of those, a TApplicationException or a close
         self.requests_overloaded = 0      # refused because the worker queue was full
-        self.timeouts = 0                 # connections closed by idle/frame/write timeouts
+        # Connections closed by a deadline (first request, idle, frame read, rate, park,
+        # write) or for holding the oldest unsent reply past max_unsent_reply_bytes.
+        self.timeouts = 0
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class MetricsSnapshot:
     connections_open: int
     connections_accepted: int
     connections_refused: int
+    connections_refused_per_peer: int
     bytes_reserved: int
     bytes_reserved_peak: int
     read_buffer_budget: int
@@ -43,6 +47,10 @@ class MetricsSnapshot:
     requests_overloaded: int
     queue_depth: int
     timeouts: int
+    #: Reply bytes held in the process for clients that have not taken them yet.
+    unsent_reply_bytes: int
+    #: Times the read budget admitted a frame over capacity (see memory.py).
+    read_budget_overcommits: int
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -36,11 +36,70 @@ DEFAULT_IDLE_TIMEOUT = 600.0
 #: and trickles it would otherwise hold its share of the budget forever (slowloris).
 DEFAULT_FRAME_READ_TIMEOUT = 30.0
 
-#: Seconds a reply may take to drain to a client that is not reading it.
+#: Seconds a reply may take to drain to a client that is not reading it; also how long
+#: reply bytes may sit unread in the kernel's send queue after the server handed them
+#: over (the connection is then closed, which frees them).
 DEFAULT_WRITE_TIMEOUT = 30.0
+
+#: Seconds a new connection may take to deliver its whole first request. A Thrift
+#: client opens its transport to make a call and sends it at once (ours connects
+#: lazily, on the first call), so a connection silent this long is holding a slot, not
+#: calling. 20 s is what Apache httpd's mod_reqtimeout gives a request's headers, and
+#: still lets a 1 MiB first frame arrive at 50 KiB/s.
+DEFAULT_FIRST_REQUEST_TIMEOUT = 20.0
+
+#: Seconds a frame may wait for read-buffer memory before it is refused. The whole
+#: default budget drains through the workers in well under a second (~1.5 GB/s
+#: measured with 1 MiB frames), so a wait this long means the memory is held by
+#: stalled peers; the client then gets a refusal instead of hanging.
+DEFAULT_PARK_TIMEOUT = 10.0
+
+#: Bytes per second a frame in progress must average once its grace period is over.
+#: Apache httpd's mod_reqtimeout asks 500 bytes/s of a request body; a frame comes from
+#: one buffered write, so any real link delivers it many times faster. Below this it is
+#: a slowloris drip holding a connection and its share of the read budget.
+DEFAULT_MIN_FRAME_RATE = 1024
+
+#: Seconds at the start of a frame during which the rate is not checked: room for a
+#: client's GC pause or TCP retransmissions (1 + 2 + 4 s of back-off) mid-frame.
+DEFAULT_FRAME_RATE_GRACE = 10.0
+
+#: Share of max_connections one client address may hold when
+#: max_connections_per_peer is not set: a quarter, so filling the server takes at
+#: least four addresses (1024 of the default 4096; the benchmarks use at most 256
+#: connections from one address).
+PER_PEER_SHARE = 4
+#: ... but never fewer than this (or max_connections, if smaller): a small server
+#: must still let one host run a CLI, a driver and a few executors side by side.
+PER_PEER_FLOOR = 64
+
+#: Reply bytes the server may hold in its own memory for clients that have not taken
+#: them yet (replies larger than what the socket accepted at once). Past this, the
+#: connections that have been slowest to read are closed, oldest first. 64 MiB is 64
+#: 1 MiB replies in flight to slow readers, and keeps a flood of clients that never
+#: read within the issue's 100 MiB growth target.
+DEFAULT_MAX_UNSENT_REPLY_BYTES = 64 * 1024 * 1024
+
+#: SO_SNDBUF for accepted sockets: the most reply bytes the kernel queues for one
+#: client that does not read (Linux doubles the value for its bookkeeping). Left to
+#: autotuning (up to net.ipv4.tcp_wmem's 4 MiB) 1,000 clients not reading 1 MB replies
+#: held 976 MiB of TCP memory; with 256 KiB, 512 MiB (64 KiB: 156 MiB), freed at
+#: write_timeout (scripts/abuse/row5_unread_replies.py). 256 KiB still takes a 1 MiB
+#: reply in a few writes at loopback speed (scripts/bench.sh's 1mib scenario showed
+#: no loss). None keeps the kernel's autotuning.
+DEFAULT_SEND_BUFFER_SIZE: int | None = 256 * 1024
 
 #: Listen backlog; the kernel caps it at net.core.somaxconn anyway.
 DEFAULT_BACKLOG = 1024
+
+#: Memory one request's decoded values may take, as a multiple of its frame's bytes
+#: (never under rpc.decoded.DECODED_SIZE_FLOOR, 1 MiB): decoding is refused with
+#: PROTOCOL_ERROR past it. Real traffic, by rpc/decoded.py's estimates (tracemalloc
+#: within 15%): uploadChunk and conf strings 1x, getClusterInfo with 50 topologies
+#: 4.4x, wordcount's submitTopology 7x, getTopologyInfo (stats maps keyed by struct)
+#: 9.6x; 1 MiB of empty JavaObjectArgs 136x. 16 leaves room above the densest real
+#: message and holds that one to 16 MiB per 1 MiB frame.
+DEFAULT_DECODED_SIZE_FACTOR = 16
 
 
 class OptionError(ValueError):
@@ -60,17 +119,42 @@ class ServerOptions:
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT
     frame_read_timeout: float | None = DEFAULT_FRAME_READ_TIMEOUT
     write_timeout: float | None = DEFAULT_WRITE_TIMEOUT
+    first_request_timeout: float | None = DEFAULT_FIRST_REQUEST_TIMEOUT
+    park_timeout: float | None = DEFAULT_PARK_TIMEOUT
+    #: Bytes/s; None turns the rate rule off.
+    min_frame_rate: int | None = DEFAULT_MIN_FRAME_RATE
+    frame_rate_grace: float = DEFAULT_FRAME_RATE_GRACE
+    #: None: max_connections // PER_PEER_SHARE, at least min(PER_PEER_FLOOR,
+    #: max_connections); read the value in force from :attr:`per_peer_limit`.
+    max_connections_per_peer: int | None = None
+    max_unsent_reply_bytes: int = DEFAULT_MAX_UNSENT_REPLY_BYTES
+    send_buffer_size: int | None = DEFAULT_SEND_BUFFER_SIZE
     #: Reject old non-strict message headers (Storm accepts both; so do we by default).
     strict_read: bool = False
     backlog: int = DEFAULT_BACKLOG
+    #: The decoded-size budget: bytes in a frame times this (see rpc/decoded.py).
+    decoded_size_factor: float = DEFAULT_DECODED_SIZE_FACTOR
 
     def __post_init__(self) -> None:
         for name in ("worker_threads", "worker_queue_size", "max_frame_size",
-                     "max_read_buffer_bytes", "max_connections", "backlog"):
+                     "max_read_buffer_bytes", "max_connections", "backlog",
+                     "max_unsent_reply_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise OptionError(f"{name} must be a positive integer, not {value!r}.")
-        for name in ("idle_timeout", "frame_read_timeout", "write_timeout"):
+        for name in ("max_connections_per_peer", "min_frame_rate", "send_buffer_size"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise OptionError(f"{name} must be a positive integer or None, "
+                                  f"not {value!r}.")
+        grace = self.frame_rate_grace
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) \
+                or not 0 <= grace < float("inf"):
+            raise OptionError(f"frame_rate_grace must be a number of seconds, 0 or more, "
+                              f"not {grace!r}.")
+        for name in ("idle_timeout", "frame_read_timeout", "write_timeout",
+                     "first_request_timeout", "park_timeout"):
             value = getattr(self, name)
             # `not value > 0` also refuses NaN, which would silently disable the timeout.
             if value is not None and (isinstance(value, bool)
@@ -78,8 +162,23 @@ class ServerOptions:
                                       or not value > 0 or value == float("inf")):
                 raise OptionError(f"{name} must be a positive number of seconds or None, "
                                   f"not {value!r}.")
+        factor = self.decoded_size_factor
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) \
+                or not 1 <= factor < float("inf"):
+            raise OptionError(f"decoded_size_factor must be a number of at least 1 (the "
+                              f"memory a request may decode to, per byte of its frame), "
+                              f"not {factor!r}.")
         if not isinstance(self.strict_read, bool):
             raise OptionError(f"strict_read must be True or False, not {self.strict_read!r}.")
+
+    @property
+    def per_peer_limit(self) -> int:
+        """Connections one client address may hold: :attr:`max_connections_per_peer`,
+        or the share of :attr:`max_connections` described at :data:`PER_PEER_SHARE`."""
+        if self.max_connections_per_peer is not None:
+            return min(self.max_connections_per_peer, self.max_connections)
+        return max(self.max_connections // PER_PEER_SHARE,
+                   min(PER_PEER_FLOOR, self.max_connections))
 
     @classmethod
     def from_kwargs(cls, **kwargs: object) -> "ServerOptions":

@@ -25,8 +25,10 @@ shared state in one attribute hop, as the hot path needs. Owned by server.py's S
 from __future__ import annotations
 
 import errno
+import fcntl
 import select
 import socket
+import termios
 import time
 from collections import deque
 from typing import Any
@@ -36,12 +38,14 @@ import structlog
 from . import binary
 from .completion import WRITE_FAILED, Completion, send_now, unsent_part
 from .connection import SCRATCH_SIZE, Connection, Event, State
+from .deadlines import ParkTimeoutError, overdue, unread_check_due
 from .dispatch import Dispatcher, Reply, Status
 from .errors import AppErrorCode, FrameSizeError, NotThriftError, OverloadedError
 from .fastio import ACCELERATED, poll, recv_into, sendmsg
 from .memory import MemoryBudget
 from .metrics import ServerState
 from .options import ServerOptions
+from .throttle import LogThrottle
 from .workers import STALL_SECS, WorkerPool
 
 log = structlog.get_logger(__name__)
@@ -71,6 +75,8 @@ _IOV_BATCH = 64
 _LINGER_SECONDS = 2.0
 #: How long the listener rests after the process runs out of file descriptors.
 _EMFILE_PAUSE = 0.1
+#: SIOCOUTQ: bytes in a socket's send queue the peer has not acknowledged.
+_SIOCOUTQ = termios.TIOCOUTQ
 
 
 class Selector(Completion):
@@ -88,6 +94,14 @@ class Selector(Completion):
                                self.run_task, watched=True)
         #: When the grace period of a stop ends (set by Server.stop with stop_requested).
         self.stop_deadline = 0.0
+        #: Open connections per client address (max_connections_per_peer).
+        self.per_peer: dict[str, int] = {}
+        self._per_peer_limit = options.per_peer_limit
+        self._refusal_log = LogThrottle()
+        #: Reply bytes held in this process for clients that have not taken them, and
+        #: the connections holding them, oldest first (max_unsent_reply_bytes).
+        self.unsent_bytes = 0
+        self._writers: dict[Connection, None] = {}
 
     def run(self) -> None:  # noqa: C901 - the hot path is kept in one frame on purpose
         opts = self.options
@@ -107,7 +121,10 @@ class Selector(Completion):
         done = self.done
         budget = self._budget
         timeouts = [t for t in (opts.idle_timeout, opts.frame_read_timeout,
-                                opts.write_timeout) if t]
+                                opts.write_timeout, opts.first_request_timeout,
+                                opts.park_timeout) if t]
+        if opts.min_frame_rate:
+            timeouts.append(opts.frame_rate_grace or 1.0)
         sweep_every = min([0.5] + [t / 4 for t in timeouts])
         next_sweep = time.monotonic() + sweep_every
         self._lingering = 0
@@ -207,9 +224,7 @@ class Selector(Completion):
                 continue
             conn.advance(Event.REPLY_READY)
             if unsent:
-                conn.out = unsent
-                conn.write_started = now
-                self._set_interest(conn, _EPOLLOUT)
+                self._hold_output(conn, unsent, now)
             else:
                 self._reply_sent(conn, now, batch)
 
@@ -235,18 +250,32 @@ class Selector(Completion):
                 log.warning("accept_failed", error=str(exc))
                 return
             peer = _peer_name(addr)
+            host = addr[0] if isinstance(addr, tuple) and addr else peer
+            per_peer = self.per_peer
+            count = per_peer.get(host, 0)
             if state.connections_open >= opts.max_connections:
-                state.connections_refused += 1
-                log.warning("connection_refused", peer=peer,
-                            reason=f"max_connections ({opts.max_connections}) reached")
-                sock.close()
+                self._refuse_connection(sock, host, peer, now, "max_connections",
+                                        opts.max_connections)
                 continue
+            if count >= self._per_peer_limit:
+                state.connections_refused_per_peer += 1
+                self._refuse_connection(sock, host, peer, now, "max_connections_per_peer",
+                                        self._per_peer_limit)
+                continue
+            per_peer[host] = count + 1
             sock.setblocking(False)
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass  # not TCP (a Unix socket in tests); nothing to tune
+            if opts.send_buffer_size:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF,
+                                    opts.send_buffer_size)
+                except OSError:
+                    pass  # the kernel keeps its own size; write_timeout still applies
             conn = Connection(peer, self._budget, opts.max_frame_size, now)
+            conn.host = host
             conn.sock = sock
             conn.fd = sock.fileno()
             # fastio's C calls take the descriptor (no fileno() call per recv and send).
@@ -257,6 +286,18 @@ class Selector(Completion):
             state.connections_open += 1
             state.connections_accepted += 1
             log.debug("connection_opened", peer=peer)
+
+    def _refuse_connection(self, sock: socket.socket, host: str, peer: str, now: float,
+                           limit_name: str, limit: int) -> None:
+        """Close a connection at once (no reply: nothing was asked yet). One log line
+        per client address per LogThrottle interval, with the count held back."""
+        self._state.connections_refused += 1
+        sock.close()
+        held = self._refusal_log.allow(host, now)
+        if held is not None:
+            log.warning("connection_refused", peer=peer, limit_name=limit_name,
+                        limit=limit, reason=f"{limit_name} ({limit}) reached",
+                        similar_refusals_not_logged=held)
 
     # ----------------------------------------------------------------- events
 
@@ -283,7 +324,8 @@ class Selector(Completion):
               batch: list[tuple[Connection, Any]]) -> None:
         try:
             if conn.state is _READING_HEADER:
-                n = recv_into(conn.io, self._scratch, conn.header_read_limit())
+                limit = conn.header_read_limit()
+                n = recv_into(conn.io, self._scratch, limit)
                 if n == 0:
                     self._eof(conn)
                     return
@@ -292,16 +334,20 @@ class Selector(Completion):
                     conn.frame_started = now
                 event = conn.received(self._scratch[:n])
                 if event is _FRAME_COMPLETE:
+                    conn.fresh = False
                     batch.append((conn, conn.frame))
                     return
                 if event is Event.FRAME_ADMITTED:
-                    if not self._fill(conn):
+                    # A short read left the socket dry: the buffer grows when the kernel
+                    # says more came, so a client that declares a frame and sends nothing
+                    # holds nothing.
+                    if n < limit or not self._fill(conn, now):
                         return
                     event = Event.FRAME_COMPLETE
                 if event is not None:
                     self._after_header(conn, event, now, batch)
             else:
-                if self._fill(conn):
+                if self._fill(conn, now):
                     self._after_header(conn, Event.FRAME_COMPLETE, now, batch)
                 else:
                     conn.last_activity = now
@@ -310,14 +356,21 @@ class Selector(Completion):
         except OSError as exc:
             self._close(conn, f"read failed: {exc}")
 
-    def _fill(self, conn: Connection) -> bool:
-        """Read into the frame buffer until it is complete (True) or the socket is dry.
-        Raises OSError on a connection error; closes on EOF (returns False)."""
+    def _fill(self, conn: Connection, now: float) -> bool:
+        """Read into the frame buffer until it is complete (True), the socket is dry or
+        the frame parks for memory. Raises OSError on a connection error; closes on EOF
+        (returns False)."""
         while conn.state is State.READING_FRAME:
+            view = conn.frame_view()
+            if view is None:
+                self._parked(conn, now)
+                return False
             try:
-                n = recv_into(conn.io, conn.frame_view())
+                n = recv_into(conn.io, view)
             except (BlockingIOError, InterruptedError):
                 return False
+            finally:
+                view.release()   # the buffer may have to grow before the next read
             if n == 0:
                 self._eof(conn)
                 return False
@@ -328,14 +381,17 @@ class Selector(Completion):
     def _after_header(self, conn: Connection, event: Event, now: float,
                       batch: list[tuple[Connection, Any]]) -> None:
         if event is Event.FRAME_COMPLETE:
+            conn.fresh = False
             batch.append((conn, conn.frame))
-        elif event is Event.FRAME_PARKED:
-            # Not polled while parked: a level-triggered socket with data would spin.
-            self._set_interest(conn, 0)
-            log.debug("frame_parked", peer=conn.peer, size=conn.size,
-                      reserved=self._budget.reserved, budget=self._budget.capacity)
         elif event is Event.REFUSED:
             self._refuse(conn, now)
+
+    def _parked(self, conn: Connection, now: float) -> None:
+        # Not polled while parked: a level-triggered socket with data would spin.
+        conn.parked_at = now
+        self._set_interest(conn, 0)
+        log.debug("frame_parked", peer=conn.peer, size=conn.size, received=conn.pos,
+                  reserved=self._budget.reserved, budget=self._budget.capacity)
 
     def _eof(self, conn: Connection) -> None:
         if conn.mid_frame:
@@ -350,7 +406,7 @@ class Selector(Completion):
         error = conn.refusal
         self._state.frames_refused += 1
         reply = None
-        if isinstance(error, FrameSizeError):
+        if isinstance(error, FrameSizeError | ParkTimeoutError):
             name, seqid = conn.refused_call
             log.warning("frame_refused", peer=conn.peer, size=error.size, limit=error.limit,
                         limit_name=error.what, method=name or None, seqid=seqid,
@@ -418,9 +474,38 @@ class Selector(Completion):
             conn.closing = True
             self._close(conn, "write failed: the client is gone")
         elif unsent:
-            conn.out = unsent
-            conn.write_started = now
-            self._set_interest(conn, _EPOLLOUT)
+            self._hold_output(conn, unsent, now)
+
+    def _hold_output(self, conn: Connection, unsent: list[Any], now: float) -> None:
+        """Keep a reply the socket did not take, counted against max_unsent_reply_bytes;
+        past the cap, close the connections that have held theirs longest."""
+        conn.out = unsent
+        conn.write_started = now
+        # What is held is the whole of each buffer the unsent views point into.
+        size = 0
+        for buf in unsent:
+            size += memoryview(buf.obj).nbytes if isinstance(buf, memoryview) else len(buf)
+        conn.out_size = size
+        self.unsent_bytes += size
+        self._writers[conn] = None
+        self._set_interest(conn, _EPOLLOUT)
+        cap = self.options.max_unsent_reply_bytes
+        while self.unsent_bytes > cap:
+            oldest = next(iter(self._writers))
+            if oldest is conn:
+                break    # one reply alone may exceed the cap: it is what was asked for
+            self._state.timeouts += 1
+            self._close(oldest, f"reply bytes waiting for slow clients passed "
+                                f"max_unsent_reply_bytes ({cap}); this client's had waited "
+                                f"longest ({now - oldest.write_started:.1f}s)")
+
+    def _drop_output(self, conn: Connection) -> None:
+        """The reply went out, or the connection closed: forget what it held."""
+        conn.out = []
+        if conn.out_size:
+            self.unsent_bytes -= conn.out_size
+            conn.out_size = 0
+            self._writers.pop(conn, None)
 
     def _flush(self, conn: Connection, now: float,
                batch: list[tuple[Connection, Any]]) -> None:
@@ -435,6 +520,7 @@ class Selector(Completion):
         except OSError as exc:
             self._close(conn, f"write failed: {exc}")
             return
+        self._drop_output(conn)
         if conn.state is State.LINGERING:
             self._start_linger(conn, now)
         else:
@@ -463,8 +549,7 @@ class Selector(Completion):
             data, conn.leftover = conn.leftover, b""
             conn.frame_started = now
             event = conn.received(data, reserved=True)
-            if event is Event.FRAME_COMPLETE or event is Event.FRAME_PARKED or \
-                    event is Event.REFUSED:
+            if event is Event.FRAME_COMPLETE or event is Event.REFUSED:
                 self._after_header(conn, event, now, batch)
                 return
         if conn.interest != _EPOLLIN:
@@ -474,13 +559,24 @@ class Selector(Completion):
 
     def _admit_parked(self, now: float) -> None:
         """Grant memory to parked frames in arrival order and start reading them."""
-        admitted = self._budget.admit()
+        budget = self._budget
+        overcommits = budget.overcommits
+        admitted = budget.admit()
         if not admitted:
             return
-        log.debug("frames_admitted", count=len(admitted), still_parked=self._budget.parked)
+        log.debug("frames_admitted", count=len(admitted), still_parked=budget.parked)
+        if budget.overcommits != overcommits:
+            log.info("read_budget_overcommitted", reserved=budget.reserved,
+                     budget=budget.capacity, parked=budget.parked,
+                     reason="every reserved byte belonged to a frame waiting for more; "
+                            "the oldest was admitted over the budget so one can finish")
         for conn in admitted:
             assert isinstance(conn, Connection)
-            conn.frame_started = now  # waiting for memory was our doing, not theirs
+            # Waiting for memory was our doing, not theirs: the frame's clocks pause for
+            # it (moved on by the wait, not restarted, see deadlines.py).
+            waited = now - conn.parked_at
+            conn.frame_started += waited
+            conn.opened_at += waited
             self._set_interest(conn, _EPOLLIN)
 
     # ----------------------------------------------------------------- closing
@@ -535,9 +631,15 @@ class Selector(Completion):
             self._lingering -= 1
             conn.linger_until = 0.0
         self._set_interest(conn, None)
-        self._conns.pop(conn.fd, None)
+        if self._conns.pop(conn.fd, None) is not None:
+            host = conn.host
+            count = self.per_peer.get(host, 0) - 1
+            if count > 0:
+                self.per_peer[host] = count
+            else:
+                self.per_peer.pop(host, None)
         conn.close()
-        conn.out = []
+        self._drop_output(conn)
         sock = conn.sock
         assert sock is not None  # set by _accept before the connection is registered
         try:
@@ -575,28 +677,49 @@ class Selector(Completion):
                 and self._listener is not None and not self.stop_requested:
             self._listener_paused_until = 0.0
             self._ep.register(self._listener.fileno(), _EPOLLIN)
+        for host, held in self._refusal_log.expire(now):
+            log.warning("connection_refusals_not_logged", peer_address=host, count=held)
+        budget = self._budget
         for conn in list(self._conns.values()):
             st = conn.state
-            reason = None
-            if st is State.READING_HEADER and not conn.hdr:
-                if opts.idle_timeout and now - conn.last_activity > opts.idle_timeout:
-                    reason = f"idle for more than {opts.idle_timeout:g}s"
-            elif st is State.READING_HEADER or st is State.READING_FRAME:
-                if opts.frame_read_timeout and now - conn.frame_started > opts.frame_read_timeout:
-                    reason = (f"frame not received within {opts.frame_read_timeout:g}s "
-                              f"({conn.pos} of {conn.size or '?'} bytes)")
-            elif st is State.WRITING:
-                if opts.write_timeout and now - conn.write_started > opts.write_timeout:
-                    reason = (f"reply not taken by the client within {opts.write_timeout:g}s")
-            elif st is State.LINGERING:
+            if st is State.LINGERING:
                 if now >= conn.linger_until and conn.linger_until:
                     self._close(conn)
                 elif conn.out and opts.write_timeout and \
                         now - conn.write_started > opts.write_timeout:
                     self._close(conn, "error reply not taken by the client")
-            if reason is not None:
-                self._state.timeouts += 1
-                self._close(conn, reason)
+                continue
+            late = overdue(conn, opts, now)
+            if late is None:
+                if unread_check_due(conn, opts, now):
+                    self._unread_reply(conn, now)
+                continue
+            self._state.timeouts += 1
+            if late.park:
+                log.warning("park_timeout", peer=conn.peer, size=conn.size,
+                            received=conn.pos, waited_s=round(now - conn.parked_at, 3),
+                            reserved=budget.reserved, budget=budget.capacity)
+                conn.refuse_parked(ParkTimeoutError(conn.size, conn.pos, opts.park_timeout
+                                                    or 0.0, budget.capacity))
+                self._refuse(conn, now)
+            else:
+                self._close(conn, late.reason)
+
+    def _unread_reply(self, conn: Connection, now: float) -> None:
+        """A connection between requests has been quiet for write_timeout since its last
+        reply: if the kernel still holds reply bytes the client has not taken, it is not
+        reading; closing frees them (they cannot be taken back otherwise)."""
+        conn.outq_checked = conn.last_activity
+        try:
+            raw = fcntl.ioctl(conn.fd, _SIOCOUTQ, b"\0\0\0\0")
+        except OSError:
+            return
+        queued = int.from_bytes(raw, "little", signed=True)
+        if queued > 0:
+            self._state.timeouts += 1
+            self._close(conn, f"reply not taken by the client within "
+                              f"{self.options.write_timeout:g}s (write_timeout; {queued} "
+                              f"bytes still in the send queue)")
 
     # ----------------------------------------------------------------- stopping
 

@@ -64,7 +64,9 @@ class Server:
             log.info("listening", host=addr[0], port=addr[1],
                      workers=self.options.worker_threads,
                      max_frame_size=self.options.max_frame_size,
-                     max_read_buffer_bytes=self.options.max_read_buffer_bytes)
+                     max_read_buffer_bytes=self.options.max_read_buffer_bytes,
+                     max_connections=self.options.max_connections,
+                     max_connections_per_peer=self.options.per_peer_limit)
             return self.address
 
     def start(self) -> tuple[str, int]:
@@ -120,6 +122,7 @@ class Server:
             connections_open=st.connections_open,
             connections_accepted=st.connections_accepted,
             connections_refused=st.connections_refused,
+            connections_refused_per_peer=st.connections_refused_per_peer,
             bytes_reserved=self._budget.reserved,
             bytes_reserved_peak=self._budget.peak,
             read_buffer_budget=self._budget.capacity,
@@ -131,6 +134,8 @@ class Server:
             requests_overloaded=st.requests_overloaded,
             queue_depth=selector.pool.depth if selector is not None else 0,
             timeouts=st.timeouts,
+            unsent_reply_bytes=selector.unsent_bytes if selector is not None else 0,
+            read_budget_overcommits=self._budget.overcommits,
         )
 
     # ----------------------------------------------------------------- selector thread
@@ -167,5 +172,6 @@ def make_server(service: ModuleType | Any, handler: object, host: str = "127.0.0
     if (service is None) != (handler is None):
         raise OptionError("give both a service and its handler, or neither (with services=).")
     default = (service, handler) if service is not None else None
-    dispatcher = Dispatcher(default, services, strict_read=opts.strict_read)
+    dispatcher = Dispatcher(default, services, strict_read=opts.strict_read,
+                            decoded_size_factor=opts.decoded_size_factor)
     return Server(dispatcher, host, port, opts)

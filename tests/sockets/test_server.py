@@ -21,8 +21,9 @@ import nimbus_thrift
 from nimbus_thrift.demo import CalculatorHandler, EchoHandler
 from nimbus_thrift.rpc.errors import AppErrorCode
 
-from support.rawthrift import (CALL, EXCEPTION, ONEWAY, REPLY, call, connect, decode, frame,
-                               message, read_frame, roundtrip, wait_closed, wait_for)
+from support.rawthrift import (CALL, EXCEPTION, ONEWAY, REPLY, call, closed_by_peer, connect,
+                               decode, frame, message, read_frame, roundtrip, wait_closed,
+                               wait_for)
 
 
 class GatedEcho(EchoHandler):
@@ -351,8 +352,10 @@ class TestEveryPathReleasesMemory:
             a, b = connect(server.address), connect(server.address)
             a.sendall(call(demo.Echo, "echo_binary", data=b"block" + b"a" * 40_000))
             assert handler.entered.acquire(timeout=5)
-            b.sendall(call(demo.Echo, "echo_binary", data=b"b" * 30_000)[:5000])
+            # More than the 10 KB free arrives, so B's buffer must grow: it parks.
+            b.sendall(call(demo.Echo, "echo_binary", data=b"b" * 30_000)[:15_000])
             wait_for(lambda: server.metrics().frames_parked == 1, what="parked")
+            assert server.metrics().bytes_reserved == 50_000
             b.close()
             handler.gate.set()
             read_frame(a)
@@ -431,15 +434,34 @@ def test_idle_timeout_closes_quiet_connections(demo, logs):
 
 
 def test_frame_read_timeout_frees_a_trickled_frame(demo):
-    with serve(demo, frame_read_timeout=0.3, idle_timeout=60) as server:
+    """A trickle does not reset the frame's clock: the client keeps sending a byte every
+    0.05 s for up to ten times the timeout, and is closed once the frame is older than
+    the timeout (a clock reset by each byte would never close it)."""
+    timeout = 0.3
+    with serve(demo, frame_read_timeout=timeout, idle_timeout=60, min_frame_rate=None,
+               first_request_timeout=None) as server:
         with connect(server.address) as sock:
             sock.sendall(call(demo.Echo, "echo", s="t" * 100_000)[:1000])
+            started = time.monotonic()
             wait_for(lambda: server.metrics().bytes_reserved > 0, what="reserved")
-            for _ in range(3):           # a trickle does not reset the frame's clock
-                sock.sendall(b"t")
-                time.sleep(0.1)
-            assert wait_closed(sock, timeout=5) == b""
-        assert server.metrics().bytes_reserved == 0
+            closed = False
+            while time.monotonic() - started < 10 * timeout:
+                try:
+                    sock.sendall(b"t")
+                except OSError:
+                    closed = True
+                    break
+                if closed_by_peer(sock, wait=0.05):
+                    closed = True
+                    break
+            elapsed = time.monotonic() - started
+            assert closed, f"still open after trickling for {elapsed:.1f}s"
+            assert elapsed >= timeout * 0.9
+            # The server is still up: the memory came back and a new client is served.
+            wait_for(lambda: server.metrics().bytes_reserved == 0, what="release")
+            with connect(server.address) as again:
+                assert roundtrip(again, call(demo.Echo, "echo", s="ok"),
+                                 demo.Echo).body.success == "ok"
         assert server.metrics().timeouts == 1
 
 

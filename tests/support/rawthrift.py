@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 import time
@@ -37,10 +38,44 @@ def call(service: Any, method: str, seqid: int = 1, mtype: int = CALL, strict: b
     return frame(message(name or method, seqid, args, mtype, strict))
 
 
-def connect(address: tuple[str, int], timeout: float = 5.0) -> socket.socket:
-    sock = socket.create_connection(address, timeout=timeout)
+#: The loopback address abuse tests attack from; well-behaved clients use 127.0.0.1, so
+#: per-address limits tell them apart (Linux routes all of 127.0.0.0/8 to lo).
+ATTACKER = "127.0.0.2"
+
+
+def connect(address: tuple[str, int], timeout: float = 5.0, source: str | None = None,
+            rcvbuf: int | None = None) -> socket.socket:
+    """A connected client socket; ``source``: the local address to connect from;
+    ``rcvbuf``: SO_RCVBUF set before connecting (a small one makes a client that does
+    not read show at once)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        if rcvbuf is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        if source is not None:
+            sock.bind((source, 0))
+        sock.settimeout(timeout)
+        sock.connect(address)
+    except BaseException:
+        sock.close()
+        raise
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
+
+
+def closed_by_peer(sock: socket.socket, wait: float = 0.0) -> bool:
+    """True if the server closed ``sock`` (EOF or reset seen within ``wait`` seconds);
+    reads and discards whatever came first."""
+    deadline = time.monotonic() + wait
+    while True:
+        ready, _, _ = select.select([sock], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            return False
+        try:
+            if not sock.recv(1 << 20):
+                return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
 
 
 def recv_exact(sock: socket.socket, n: int) -> bytes:

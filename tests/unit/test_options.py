@@ -11,8 +11,11 @@ from nimbus_thrift.rpc import options
 from nimbus_thrift.rpc.options import OptionError, ServerOptions
 
 INT_OPTIONS = ["worker_threads", "worker_queue_size", "max_frame_size",
-               "max_read_buffer_bytes", "max_connections", "backlog"]
-TIMEOUT_OPTIONS = ["idle_timeout", "frame_read_timeout", "write_timeout"]
+               "max_read_buffer_bytes", "max_connections", "backlog", "max_unsent_reply_bytes"]
+#: Positive integers where None turns the limit off (or, per peer, derives it).
+OPTIONAL_INT_OPTIONS = ["max_connections_per_peer", "min_frame_rate", "send_buffer_size"]
+TIMEOUT_OPTIONS = ["idle_timeout", "frame_read_timeout", "write_timeout",
+                   "first_request_timeout", "park_timeout"]
 
 
 def test_defaults_are_the_named_constants() -> None:
@@ -27,6 +30,55 @@ def test_defaults_are_the_named_constants() -> None:
     assert o.write_timeout == options.DEFAULT_WRITE_TIMEOUT
     assert o.backlog == options.DEFAULT_BACKLOG
     assert o.strict_read is False
+    assert o.first_request_timeout == options.DEFAULT_FIRST_REQUEST_TIMEOUT
+    assert o.park_timeout == options.DEFAULT_PARK_TIMEOUT
+    assert o.min_frame_rate == options.DEFAULT_MIN_FRAME_RATE
+    assert o.frame_rate_grace == options.DEFAULT_FRAME_RATE_GRACE
+    assert o.max_unsent_reply_bytes == options.DEFAULT_MAX_UNSENT_REPLY_BYTES
+    assert o.send_buffer_size == options.DEFAULT_SEND_BUFFER_SIZE
+    assert o.max_connections_per_peer is None
+    assert o.per_peer_limit == 1024
+
+
+def test_deadlines_fit_inside_each_other() -> None:
+    """The defaults make sense together: a first request and a parked frame are
+    bounded well before the long clocks (Storm's 600 s idle timeout)."""
+    o = ServerOptions()
+    assert o.first_request_timeout is not None and o.frame_read_timeout is not None
+    assert o.park_timeout is not None and o.idle_timeout is not None
+    assert o.park_timeout < o.first_request_timeout < o.frame_read_timeout < o.idle_timeout
+    assert o.frame_rate_grace < o.frame_read_timeout
+
+
+@pytest.mark.parametrize("max_connections, explicit, limit", [
+    (4096, None, 1024),      # a quarter: four addresses to fill the server
+    (2, None, 2),            # tiny servers: the floor, capped at max_connections
+    (100, None, 64),         # the floor beats a quarter (25)
+    (10_000, None, 2500),
+    (4096, 10, 10),          # explicit
+    (50, 500, 50),           # never more than max_connections
+])
+def test_per_peer_limit(max_connections: int, explicit: int | None, limit: int) -> None:
+    o = ServerOptions(max_connections=max_connections, max_connections_per_peer=explicit)
+    assert o.per_peer_limit == limit
+
+
+@pytest.mark.parametrize("name", OPTIONAL_INT_OPTIONS)
+@pytest.mark.parametrize("value", [0, -1, True, 1.5, "4"])
+def test_bad_optional_integer_options(name: str, value: object) -> None:
+    with pytest.raises(OptionError) as info:
+        ServerOptions(**{name: value})
+    _assert_sentence(info.value, name, value)
+    assert "positive integer or None" in str(info.value)
+    assert getattr(ServerOptions(**{name: None}), name) is None
+
+
+@pytest.mark.parametrize("value", [-1, math.nan, math.inf, True, "5", None])
+def test_bad_frame_rate_grace(value: object) -> None:
+    with pytest.raises(OptionError) as info:
+        ServerOptions(frame_rate_grace=value)  # type: ignore[arg-type]
+    _assert_sentence(info.value, "frame_rate_grace", value)
+    assert ServerOptions(frame_rate_grace=0).frame_rate_grace == 0
 
 
 def test_frozen() -> None:
