@@ -62,11 +62,12 @@ DEFAULT_MIN_FREE_DISK_BYTES = 64 << 20
 #: hundred; every submit-time check and every listing is linear in this.
 DEFAULT_MAX_COMPONENTS = 1000
 #: Source bytes of one module parsed to check that a component's class exists (a larger
-#: module is accepted unchecked): CPython's parser takes 1-2 s and up to ~500 MB of
-#: transient memory per MiB of dense source on 2 cores.
-DEFAULT_MAX_CODE_PARSE_BYTES = 1 << 20
+#: module is accepted unchecked). Parses run in a child process (nimbus/codecheck.py);
+#: this bounds each one's time and memory: 256 KiB of dense source took 0.18 s and
+#: ~110 MB here (900 KiB: 0.77 s and ~370 MB). Topology modules are a few KB.
+DEFAULT_MAX_CODE_PARSE_BYTES = 256 << 10
 #: Source bytes parsed per submit, over distinct modules (each is parsed once): about
-#: 8 s of parsing at worst; a topology needing more is refused.
+#: 3 s of parsing at worst, in parses of at most 0.2 s each; more is refused.
 DEFAULT_MAX_CODE_PARSE_TOTAL_BYTES = 4 << 20
 #: Topologies one nimbus keeps at once (active, inactive, or killed and not yet
 #: removed): recovery at start and every listing are linear in this, and a Storm

@@ -50,6 +50,7 @@ from ..topology.validate import (MAX_EXECUTORS_PER_TOPOLOGY, MAX_WORKERS,
                                  check_count, check_name, check_topology, parse_conf)
 from .admission import check_admission, default_budget
 from .background import SerialQueues
+from .codecheck import parse_in_child
 from .config import NimbusConfig
 from .launcher import Launcher, LaunchSpec
 from .lifecycle import GONE, PREVIOUS, Event, Status, TransitionRefused, next_status
@@ -70,6 +71,10 @@ REMOVE_RETRY_SECS = 30.0
 CODE_CHECK_SLOTS = 2
 #: A submit waits this long for a code-check slot, then is refused (a retry is safe).
 CODE_CHECK_WAIT_SECS = 60.0
+#: Submits waiting for a code-check slot at most; one more is refused at once. Each
+#: waiter holds a worker thread: 64 of them (scripts/abuse/nimbus_rows.py row 2) left
+#: none for anyone else's calls.
+CODE_CHECK_WAITERS = 8
 #: At stop, how long the launcher calls running get to finish (the ones queued behind
 #: them are redone by the next start's recovery).
 CLOSE_WAIT_SECS = 5.0
@@ -121,6 +126,8 @@ class NimbusHandler(NimbusQueries):
         self._names_lock = threading.Lock()
         self._locks = KeyedLocks()
         self._code_checks = threading.BoundedSemaphore(CODE_CHECK_SLOTS)
+        self._code_waiters = 0                 # submits waiting for a code-check slot
+        self._code_waiters_lock = threading.Lock()
         self._removing: set[str] = set()        # removals whose stop is under way
         self._removing_lock = threading.Lock()
         self._counts = CountsCache()
@@ -295,7 +302,19 @@ class NimbusHandler(NimbusQueries):
                     ) -> TopologyPlan:
         """Validate the topology against its code: no lock held, a bounded number at
         once, each module parsed at most once."""
-        if not self._code_checks.acquire(timeout=CODE_CHECK_WAIT_SECS):
+        with self._code_waiters_lock:
+            if self._code_waiters >= CODE_CHECK_WAITERS:
+                raise InvalidTopology(
+                    f"{CODE_CHECK_SLOTS} submits are checking their code and "
+                    f"{self._code_waiters} more are waiting (at most {CODE_CHECK_WAITERS} "
+                    "wait); submit again later")
+            self._code_waiters += 1
+        try:
+            acquired = self._code_checks.acquire(timeout=CODE_CHECK_WAIT_SECS)
+        finally:
+            with self._code_waiters_lock:
+                self._code_waiters -= 1
+        if not acquired:
             raise InvalidTopology(
                 f"{CODE_CHECK_SLOTS} other submits have been checking their code for over "
                 f"{CODE_CHECK_WAIT_SECS:.0f} s (at most {CODE_CHECK_SLOTS} are checked at "
@@ -305,7 +324,8 @@ class NimbusHandler(NimbusQueries):
                 code = CodeArchive.open(
                     self.transfers.code_path(upload_id),
                     max_parse_bytes=self.config.max_code_parse_bytes,
-                    max_parse_total=self.config.max_code_parse_total_bytes)
+                    max_parse_total=self.config.max_code_parse_total_bytes,
+                    parser=parse_in_child)
             except CodeError as exc:
                 raise InvalidTopology(str(exc)) from None
             with code:

@@ -27,7 +27,12 @@ import struct
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, Callable
+
+#: How a module's source becomes its top-level names: ``(member, source) -> names``,
+#: raising CodeError when it does not parse. In this process by default; the daemon
+#: passes one that parses in a child process (nimbus/codecheck.py).
+Parser = Callable[[str, bytes], frozenset[str]]
 
 #: More members than any real topology has; bounds the time spent listing a hostile zip.
 MAX_MEMBERS = 100_000
@@ -77,12 +82,15 @@ class CodeArchive:
     members: frozenset[str]
     max_parse_bytes: int = MAX_PARSED_SOURCE
     max_parse_total: int = MAX_PARSED_TOTAL
+    parser: Parser = field(default=lambda member, source: top_level_names(member, source),
+                           compare=False, repr=False)
     _state: _ParseState = field(default_factory=_ParseState, compare=False, repr=False)
 
     @classmethod
     def open(cls, path: Path, *, max_members: int | None = None,
              max_parse_bytes: int | None = None,
-             max_parse_total: int | None = None) -> "CodeArchive":
+             max_parse_total: int | None = None,
+             parser: Parser | None = None) -> "CodeArchive":
         """Check ``path`` as described in the module docstring. Limits default to the
         module's constants (read at call time).
 
@@ -119,7 +127,8 @@ class CodeArchive:
             raise
         archive = cls(path, frozenset(members),
                       MAX_PARSED_SOURCE if max_parse_bytes is None else max_parse_bytes,
-                      MAX_PARSED_TOTAL if max_parse_total is None else max_parse_total)
+                      MAX_PARSED_TOTAL if max_parse_total is None else max_parse_total,
+                      top_level_names if parser is None else parser)
         archive._state.zip = zf
         return archive
 
@@ -198,15 +207,25 @@ class CodeArchive:
                 from None
         state.parsed_bytes += len(source)
         state.parses += 1
-        try:
-            tree = ast.parse(source, filename=member)
-        # CPython's parser reports nesting too deep for it as RecursionError or
-        # MemoryError ("-" * 200000 + "1"): the source's fault, not the daemon's.
-        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-            raise CodeError(f"{member} does not parse: {str(exc) or 'nested too deeply'}") \
-                from None
-        names = state.names[member] = frozenset(_top_level_names(tree))
+        names = state.names[member] = self.parser(member, source)
         return names
+
+
+def top_level_names(member: str, source: bytes) -> frozenset[str]:
+    """The names ``source`` (the module file ``member``) defines or imports at top level.
+
+    Raises:
+        CodeError: it does not parse.
+    """
+    try:
+        tree = ast.parse(source, filename=member)
+    # CPython's parser reports nesting too deep for it as RecursionError or
+    # MemoryError ("-" * 200000 + "1"), and so does a parse past a memory cap (the
+    # daemon's child): the source's fault, not the daemon's.
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        reason = str(exc) or "nested too deeply or too large for the parser's memory"
+        raise CodeError(f"{member} does not parse: {reason}") from None
+    return frozenset(_top_level_names(tree))
 
 
 def _count_central_directory(fp: IO[bytes], limit: int) -> tuple[int, bool]:

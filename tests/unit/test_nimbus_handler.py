@@ -4,6 +4,8 @@ semantics for submit, kill, activate/deactivate, rebalance, queries and durable 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -509,3 +511,34 @@ def test_a_memory_setting_the_launcher_cannot_read_refuses_the_submit(env: Env) 
     with pytest.raises(N.InvalidTopologyException, match="invalid literal"):
         env.submit(conf={"fake.memory.bytes": "lots"})
     assert env.names() == []
+
+
+def test_submits_waiting_for_a_code_check_are_bounded(env: Env) -> None:
+    # Each waiting submit holds a worker thread; past CODE_CHECK_WAITERS one is refused
+    # at once instead of holding one more.
+    from nimbus_thrift.nimbus.handler import CODE_CHECK_SLOTS, CODE_CHECK_WAITERS
+    for _ in range(CODE_CHECK_SLOTS):
+        assert env.handler._code_checks.acquire(timeout=1)
+    locations = [upload(env.handler, make_zip()) for _ in range(CODE_CHECK_WAITERS + 1)]
+    errors: list[Exception] = []
+
+    def submit(i: int) -> None:
+        try:
+            env.handler.submitTopology(f"w{i}", locations[i], "{}", wordcount())
+        except Exception as exc:  # noqa: BLE001 - collected and checked below
+            errors.append(exc)
+    waiters = [threading.Thread(target=submit, args=(i,)) for i in range(CODE_CHECK_WAITERS)]
+    for t in waiters:
+        t.start()
+    deadline = time.monotonic() + 10
+    while env.handler._code_waiters < CODE_CHECK_WAITERS and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert env.handler._code_waiters == CODE_CHECK_WAITERS
+    with pytest.raises(N.InvalidTopologyException, match="more are waiting"):
+        env.handler.submitTopology("late", locations[-1], "{}", wordcount())
+    for _ in range(CODE_CHECK_SLOTS):
+        env.handler._code_checks.release()
+    for t in waiters:
+        t.join(30)
+    assert errors == [] and env.handler._code_waiters == 0
+    assert sorted(env.names()) == sorted(f"w{i}" for i in range(CODE_CHECK_WAITERS))
