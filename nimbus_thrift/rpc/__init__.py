@@ -7,7 +7,8 @@ so), which is what lets it be used, and tested, as a library of its own.
 Layers, each importing only those below it::
 
     server      Server (start, stop, metrics) and make_server
-    selector    the selector thread: accept, read, hand off, write, close
+    selector    the selector thread: read, hand off, write, close
+    lifetime    its base: accept, the sweep of deadlines, the drain at stop
     completion  a worker's side of a call: run it, send the reply, queue the outcome
     workers     the worker pool that runs handlers     wakeup  wakes the selector
     dispatch    decode a request, call the handler, encode the reply

@@ -16,19 +16,18 @@ its registration until the kernel reports data for it (a pipelined frame, or EOF
 only then is it unregistered. Closed-loop clients therefore cost no epoll_ctl calls per
 request; a pipelining client costs one.
 
-One class, not one per job (accepting, reading, writing, closing, timers): these call
-each other on every path (a read completes a frame or refuses it and writes an error
-reply, a write resumes reading or closes), and as methods of one object they reach the
-shared state in one attribute hop, as the hot path needs. Owned by server.py's Server.
+Reading, writing and closing stay in one class: they call each other on every path (a
+read completes a frame or refuses it and writes an error reply, a write resumes reading
+or closes), and as methods of one object they reach the shared state in one attribute
+hop, as the hot path needs. What happens outside a call (accepting, the sweep of
+deadlines, the drain at stop) is its base class, in lifetime.py. Owned by server.py's
+Server.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import select
 import socket
-import termios
 import time
 from collections import deque
 from typing import Any
@@ -36,15 +35,16 @@ from typing import Any
 import structlog
 
 from . import binary
-from .completion import WRITE_FAILED, Completion, send_now, unsent_part
+from .completion import WRITE_FAILED, send_now, unsent_part
 from .connection import SCRATCH_SIZE, Connection, Event, State
-from .deadlines import ParkTimeoutError, overdue, unread_check_due
+from .deadlines import ParkTimeoutError
 from .dispatch import Dispatcher, Reply, Status
 from .errors import AppErrorCode, FrameSizeError, NotThriftError, OverloadedError
-from .fastio import ACCELERATED, poll, recv_into, sendmsg
+from .fastio import poll, recv_into, sendmsg
 from .memory import MemoryBudget
 from .metrics import ServerState
 from .options import ServerOptions
+from .lifetime import Lifetime
 from .throttle import LogThrottle
 from .workers import STALL_SECS, WorkerPool
 
@@ -64,8 +64,6 @@ _CLOSE = Status.CLOSE
 
 #: Replies written per selector pass before the loop polls sockets again.
 _MAX_COMPLETIONS_PER_PASS = 1024
-#: Connections accepted per pass, so a connection storm cannot stall existing clients.
-_MAX_ACCEPTS_PER_PASS = 64
 #: Events taken from epoll per pass.
 _MAX_EVENTS = 1024
 #: Buffers handed to one sendmsg() call (well under IOV_MAX).
@@ -73,15 +71,12 @@ _IOV_BATCH = 64
 #: After an error reply, how long to keep reading (and discarding) before closing, so
 #: the kernel does not answer unread request bytes with a RST that destroys the reply.
 _LINGER_SECONDS = 2.0
-#: How long the listener rests after the process runs out of file descriptors.
-_EMFILE_PAUSE = 0.1
-#: SIOCOUTQ: bytes in a socket's send queue the peer has not acknowledged.
-_SIOCOUTQ = termios.TIOCOUTQ
 
 
-class Selector(Completion):
-    """The selector thread's loop and all it does to sockets. :class:`Completion` (its
-    base) is the workers' way back to it."""
+class Selector(Lifetime):
+    """The selector thread's loop and all it does to sockets on a call's path.
+    :class:`~.lifetime.Lifetime` (its base) accepts, sweeps and drains;
+    :class:`Completion` (the base of that) is the workers' way back."""
 
     def __init__(self, listener: socket.socket, dispatcher: Dispatcher,
                  options: ServerOptions, budget: MemoryBudget, state: ServerState) -> None:
@@ -227,77 +222,6 @@ class Selector(Completion):
                 self._hold_output(conn, unsent, now)
             else:
                 self._reply_sent(conn, now, batch)
-
-    # ----------------------------------------------------------------- accept
-
-    def _accept(self, listener: socket.socket, now: float) -> None:
-        state = self._state
-        opts = self.options
-        for _ in range(_MAX_ACCEPTS_PER_PASS):
-            try:
-                sock, addr = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    # Out of descriptors: the backlog stays readable, so pause the listener
-                    # instead of spinning on it.
-                    log.error("accept_failed", error=str(exc),
-                              effect=f"not accepting for {_EMFILE_PAUSE}s")
-                    self._ep.unregister(listener.fileno())
-                    self._listener_paused_until = now + _EMFILE_PAUSE
-                    return
-                log.warning("accept_failed", error=str(exc))
-                return
-            peer = _peer_name(addr)
-            host = addr[0] if isinstance(addr, tuple) and addr else peer
-            per_peer = self.per_peer
-            count = per_peer.get(host, 0)
-            if state.connections_open >= opts.max_connections:
-                self._refuse_connection(sock, host, peer, now, "max_connections",
-                                        opts.max_connections)
-                continue
-            if count >= self._per_peer_limit:
-                state.connections_refused_per_peer += 1
-                self._refuse_connection(sock, host, peer, now, "max_connections_per_peer",
-                                        self._per_peer_limit)
-                continue
-            per_peer[host] = count + 1
-            sock.setblocking(False)
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass  # not TCP (a Unix socket in tests); nothing to tune
-            if opts.send_buffer_size:
-                try:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF,
-                                    opts.send_buffer_size)
-                except OSError:
-                    pass  # the kernel keeps its own size; write_timeout still applies
-            conn = Connection(peer, self._budget, opts.max_frame_size, now)
-            conn.host = host
-            conn.sock = sock
-            conn.fd = sock.fileno()
-            # fastio's C calls take the descriptor (no fileno() call per recv and send).
-            conn.io = conn.fd if ACCELERATED else sock
-            conn.interest = _EPOLLIN
-            self._ep.register(conn.fd, _EPOLLIN)
-            self._conns[conn.fd] = conn
-            state.connections_open += 1
-            state.connections_accepted += 1
-            log.debug("connection_opened", peer=peer)
-
-    def _refuse_connection(self, sock: socket.socket, host: str, peer: str, now: float,
-                           limit_name: str, limit: int) -> None:
-        """Close a connection at once (no reply: nothing was asked yet). One log line
-        per client address per LogThrottle interval, with the count held back."""
-        self._state.connections_refused += 1
-        sock.close()
-        held = self._refusal_log.allow(host, now)
-        if held is not None:
-            log.warning("connection_refused", peer=peer, limit_name=limit_name,
-                        limit=limit, reason=f"{limit_name} ({limit}) reached",
-                        similar_refusals_not_logged=held)
 
     # ----------------------------------------------------------------- events
 
@@ -668,111 +592,3 @@ class Selector(Completion):
         except (OSError, ValueError):
             pass  # the descriptor is already gone; closing will follow
         conn.interest = mask
-
-    # ----------------------------------------------------------------- timers
-
-    def _sweep(self, now: float) -> None:
-        opts = self.options
-        if self._listener_paused_until and now >= self._listener_paused_until \
-                and self._listener is not None and not self.stop_requested:
-            self._listener_paused_until = 0.0
-            self._ep.register(self._listener.fileno(), _EPOLLIN)
-        for host, held in self._refusal_log.expire(now):
-            log.warning("connection_refusals_not_logged", peer_address=host, count=held)
-        budget = self._budget
-        for conn in list(self._conns.values()):
-            st = conn.state
-            if st is State.LINGERING:
-                if now >= conn.linger_until and conn.linger_until:
-                    self._close(conn)
-                elif conn.out and opts.write_timeout and \
-                        now - conn.write_started > opts.write_timeout:
-                    self._close(conn, "error reply not taken by the client")
-                continue
-            late = overdue(conn, opts, now)
-            if late is None:
-                if unread_check_due(conn, opts, now):
-                    self._unread_reply(conn, now)
-                continue
-            self._state.timeouts += 1
-            if late.park:
-                log.warning("park_timeout", peer=conn.peer, size=conn.size,
-                            received=conn.pos, waited_s=round(now - conn.parked_at, 3),
-                            reserved=budget.reserved, budget=budget.capacity)
-                conn.refuse_parked(ParkTimeoutError(conn.size, conn.pos, opts.park_timeout
-                                                    or 0.0, budget.capacity))
-                self._refuse(conn, now)
-            else:
-                self._close(conn, late.reason)
-
-    def _unread_reply(self, conn: Connection, now: float) -> None:
-        """A connection between requests has been quiet for write_timeout since its last
-        reply: if the kernel still holds reply bytes the client has not taken, it is not
-        reading; closing frees them (they cannot be taken back otherwise)."""
-        conn.outq_checked = conn.last_activity
-        try:
-            raw = fcntl.ioctl(conn.fd, _SIOCOUTQ, b"\0\0\0\0")
-        except OSError:
-            return
-        queued = int.from_bytes(raw, "little", signed=True)
-        if queued > 0:
-            self._state.timeouts += 1
-            self._close(conn, f"reply not taken by the client within "
-                              f"{self.options.write_timeout:g}s (write_timeout; {queued} "
-                              f"bytes still in the send queue)")
-
-    # ----------------------------------------------------------------- stopping
-
-    def _begin_drain(self) -> None:
-        """Stop accepting; close connections with no request in flight."""
-        listener = self._listener
-        if listener is not None:
-            try:
-                self._ep.unregister(listener.fileno())
-            except (OSError, ValueError):
-                pass
-            listener.close()
-        in_flight = 0
-        for conn in list(self._conns.values()):
-            if conn.state in (State.PROCESSING, State.WRITING):
-                in_flight += 1
-            else:
-                self._close(conn)
-        log.info("stopping", in_flight=in_flight,
-                 grace_s=round(max(0.0, self.stop_deadline - time.monotonic()), 3))
-
-    def _finish(self, ep: select.epoll) -> None:
-        pool = self.pool
-        # Requests no worker has started are dropped (their connections close below):
-        # a handler must not start after the server has stopped.
-        not_started = {id(task[0]) for task in pool.discard_queued()}
-        with self._finish_lock:
-            self._finished = True
-            # Outcomes that came back too late: count them, then close below.
-            while self.done:
-                conn, _, status, _ = self.done.popleft()
-                self._state.requests_completed += 1
-                if status >= Status.FAILED:
-                    self._state.requests_failed += 1
-            leftover = list(self._conns.values())
-            for conn in leftover:
-                # PROCESSING with a worker on it: the worker closes the socket when done.
-                busy = conn.state in (State.PROCESSING, State.WRITING)
-                processing = conn.state is State.PROCESSING and id(conn) not in not_started
-                self._really_close(conn, "server stopped before the reply was written"
-                                   if busy else None, keep_socket=processing)
-        stuck = pool.stop(timeout=max(0.0, self.stop_deadline - time.monotonic()) + 0.5)
-        ep.close()
-        self.wakeup.close()
-        log.info("stopped", abandoned_connections=len(leftover), stuck_workers=stuck,
-                 bytes_reserved=self._budget.reserved)
-
-
-
-def _peer_name(addr: Any) -> str:
-    if isinstance(addr, tuple) and len(addr) >= 2:
-        host = addr[0]
-        return f"[{host}]:{addr[1]}" if ":" in host else f"{host}:{addr[1]}"
-    return str(addr) or "unix"
-
-

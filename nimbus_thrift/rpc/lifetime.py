@@ -1,0 +1,246 @@
+"""A connection's life outside its calls, for the selector thread: accepting (with the
+per-address cap and throttled refusal lines), the periodic sweep of deadlines (first
+request, frame rate, parking, unread replies, lingering), and the drain at stop.
+
+:class:`Lifetime` is the base of :class:`~.selector.Selector`, which owns the state
+declared here and the per-call paths (read, submit, write, close) these methods end
+in; one object, so neither side pays an attribute hop (see selector.py). None of this
+runs per call: accept per connection, the sweep once a second, the drain once.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import select
+import socket
+import termios
+import time
+from typing import Any
+
+import structlog
+
+from .completion import Completion
+from .connection import Connection, State
+from .deadlines import ParkTimeoutError, overdue, unread_check_due
+from .dispatch import Status
+from .fastio import ACCELERATED
+from .metrics import ServerState
+from .options import ServerOptions
+from .throttle import LogThrottle
+from .workers import WorkerPool
+
+log = structlog.get_logger(__name__)
+
+_EPOLLIN = select.EPOLLIN
+#: Connections accepted per pass, so a connection storm cannot stall existing clients.
+_MAX_ACCEPTS_PER_PASS = 64
+#: How long the listener rests after the process runs out of file descriptors.
+_EMFILE_PAUSE = 0.1
+#: SIOCOUTQ: bytes in a socket's send queue the peer has not acknowledged.
+_SIOCOUTQ = termios.TIOCOUTQ
+
+
+class Lifetime(Completion):
+    """Accept, sweep and drain; the selector's state they use is declared here."""
+
+    options: ServerOptions
+    pool: WorkerPool
+    stop_deadline: float
+    per_peer: dict[str, int]
+    _state: ServerState
+    _listener: socket.socket
+    _listener_paused_until: float
+    _per_peer_limit: int
+    _refusal_log: LogThrottle
+    _ep: select.epoll
+    _conns: dict[int, Connection]
+
+    # The selector's own paths, which these end in.
+    def _close(self, conn: Connection, reason: str | None = None) -> None:
+        raise NotImplementedError
+
+    def _refuse(self, conn: Connection, now: float) -> None:
+        raise NotImplementedError
+
+    def _really_close(self, conn: Connection, reason: str | None = None,
+                      keep_socket: bool = False) -> None:
+        raise NotImplementedError
+
+    # ----------------------------------------------------------------- accept
+
+    def _accept(self, listener: socket.socket, now: float) -> None:
+        state = self._state
+        opts = self.options
+        for _ in range(_MAX_ACCEPTS_PER_PASS):
+            try:
+                sock, addr = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # Out of descriptors: the backlog stays readable, so pause the listener
+                    # instead of spinning on it.
+                    log.error("accept_failed", error=str(exc),
+                              effect=f"not accepting for {_EMFILE_PAUSE}s")
+                    self._ep.unregister(listener.fileno())
+                    self._listener_paused_until = now + _EMFILE_PAUSE
+                    return
+                log.warning("accept_failed", error=str(exc))
+                return
+            peer = _peer_name(addr)
+            host = addr[0] if isinstance(addr, tuple) and addr else peer
+            per_peer = self.per_peer
+            count = per_peer.get(host, 0)
+            if state.connections_open >= opts.max_connections:
+                self._refuse_connection(sock, host, peer, now, "max_connections",
+                                        opts.max_connections)
+                continue
+            if count >= self._per_peer_limit:
+                state.connections_refused_per_peer += 1
+                self._refuse_connection(sock, host, peer, now, "max_connections_per_peer",
+                                        self._per_peer_limit)
+                continue
+            per_peer[host] = count + 1
+            sock.setblocking(False)
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass  # not TCP (a Unix socket in tests); nothing to tune
+            if opts.send_buffer_size:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF,
+                                    opts.send_buffer_size)
+                except OSError:
+                    pass  # the kernel keeps its own size; write_timeout still applies
+            conn = Connection(peer, self._budget, opts.max_frame_size, now)
+            conn.host = host
+            conn.sock = sock
+            conn.fd = sock.fileno()
+            # fastio's C calls take the descriptor (no fileno() call per recv and send).
+            conn.io = conn.fd if ACCELERATED else sock
+            conn.interest = _EPOLLIN
+            self._ep.register(conn.fd, _EPOLLIN)
+            self._conns[conn.fd] = conn
+            state.connections_open += 1
+            state.connections_accepted += 1
+            log.debug("connection_opened", peer=peer)
+
+    def _refuse_connection(self, sock: socket.socket, host: str, peer: str, now: float,
+                           limit_name: str, limit: int) -> None:
+        """Close a connection at once (no reply: nothing was asked yet). One log line
+        per client address per LogThrottle interval, with the count held back."""
+        self._state.connections_refused += 1
+        sock.close()
+        held = self._refusal_log.allow(host, now)
+        if held is not None:
+            log.warning("connection_refused", peer=peer, limit_name=limit_name,
+                        limit=limit, reason=f"{limit_name} ({limit}) reached",
+                        similar_refusals_not_logged=held)
+
+    # ----------------------------------------------------------------- timers
+
+    def _sweep(self, now: float) -> None:
+        opts = self.options
+        if self._listener_paused_until and now >= self._listener_paused_until \
+                and self._listener is not None and not self.stop_requested:
+            self._listener_paused_until = 0.0
+            self._ep.register(self._listener.fileno(), _EPOLLIN)
+        for host, held in self._refusal_log.expire(now):
+            log.warning("connection_refusals_not_logged", peer_address=host, count=held)
+        budget = self._budget
+        for conn in list(self._conns.values()):
+            st = conn.state
+            if st is State.LINGERING:
+                if now >= conn.linger_until and conn.linger_until:
+                    self._close(conn)
+                elif conn.out and opts.write_timeout and \
+                        now - conn.write_started > opts.write_timeout:
+                    self._close(conn, "error reply not taken by the client")
+                continue
+            late = overdue(conn, opts, now)
+            if late is None:
+                if unread_check_due(conn, opts, now):
+                    self._unread_reply(conn, now)
+                continue
+            self._state.timeouts += 1
+            if late.park:
+                log.warning("park_timeout", peer=conn.peer, size=conn.size,
+                            received=conn.pos, waited_s=round(now - conn.parked_at, 3),
+                            reserved=budget.reserved, budget=budget.capacity)
+                conn.refuse_parked(ParkTimeoutError(conn.size, conn.pos, opts.park_timeout
+                                                    or 0.0, budget.capacity))
+                self._refuse(conn, now)
+            else:
+                self._close(conn, late.reason)
+
+    def _unread_reply(self, conn: Connection, now: float) -> None:
+        """A connection between requests has been quiet for write_timeout since its last
+        reply: if the kernel still holds reply bytes the client has not taken, it is not
+        reading; closing frees them (they cannot be taken back otherwise)."""
+        conn.outq_checked = conn.last_activity
+        try:
+            raw = fcntl.ioctl(conn.fd, _SIOCOUTQ, b"\0\0\0\0")
+        except OSError:
+            return
+        queued = int.from_bytes(raw, "little", signed=True)
+        if queued > 0:
+            self._state.timeouts += 1
+            self._close(conn, f"reply not taken by the client within "
+                              f"{self.options.write_timeout:g}s (write_timeout; {queued} "
+                              f"bytes still in the send queue)")
+
+    # ----------------------------------------------------------------- stopping
+
+    def _begin_drain(self) -> None:
+        """Stop accepting; close connections with no request in flight."""
+        listener = self._listener
+        if listener is not None:
+            try:
+                self._ep.unregister(listener.fileno())
+            except (OSError, ValueError):
+                pass
+            listener.close()
+        in_flight = 0
+        for conn in list(self._conns.values()):
+            if conn.state in (State.PROCESSING, State.WRITING):
+                in_flight += 1
+            else:
+                self._close(conn)
+        log.info("stopping", in_flight=in_flight,
+                 grace_s=round(max(0.0, self.stop_deadline - time.monotonic()), 3))
+
+    def _finish(self, ep: select.epoll) -> None:
+        pool = self.pool
+        # Requests no worker has started are dropped (their connections close below):
+        # a handler must not start after the server has stopped.
+        not_started = {id(task[0]) for task in pool.discard_queued()}
+        with self._finish_lock:
+            self._finished = True
+            # Outcomes that came back too late: count them, then close below.
+            while self.done:
+                conn, _, status, _ = self.done.popleft()
+                self._state.requests_completed += 1
+                if status >= Status.FAILED:
+                    self._state.requests_failed += 1
+            leftover = list(self._conns.values())
+            for conn in leftover:
+                # PROCESSING with a worker on it: the worker closes the socket when done.
+                busy = conn.state in (State.PROCESSING, State.WRITING)
+                processing = conn.state is State.PROCESSING and id(conn) not in not_started
+                self._really_close(conn, "server stopped before the reply was written"
+                                   if busy else None, keep_socket=processing)
+        stuck = pool.stop(timeout=max(0.0, self.stop_deadline - time.monotonic()) + 0.5)
+        ep.close()
+        self.wakeup.close()
+        log.info("stopped", abandoned_connections=len(leftover), stuck_workers=stuck,
+                 bytes_reserved=self._budget.reserved)
+
+
+def _peer_name(addr: Any) -> str:
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        host = addr[0]
+        return f"[{host}]:{addr[1]}" if ":" in host else f"{host}:{addr[1]}"
+    return str(addr) or "unix"
+
+
