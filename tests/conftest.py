@@ -38,6 +38,22 @@ def demo_server(demo, echo_handler) -> Iterator[nimbus_thrift.Server]:
         server.stop(grace=5.0)
 
 
+@pytest.fixture
+def logs():
+    """Capture structlog events with the request context merged, as the CLI configures."""
+    import structlog
+    from structlog.testing import LogCapture
+
+    from nimbus_thrift.rpc.context import merge_request_context
+    capture = LogCapture()
+    old = structlog.get_config()
+    structlog.configure(processors=[merge_request_context, capture])
+    try:
+        yield capture.entries
+    finally:
+        structlog.configure(**old)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _route_logs_through_stdlib():
     """Send the server's structlog lines through stdlib logging, where pytest captures

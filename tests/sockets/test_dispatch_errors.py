@@ -11,13 +11,10 @@ import gc
 import tracemalloc
 
 import pytest
-import structlog
-from structlog.testing import LogCapture
 
 import nimbus_thrift
 from nimbus_thrift.demo import EchoHandler
 from nimbus_thrift.idl import nimbus_idl
-from nimbus_thrift.rpc.context import merge_request_context
 from nimbus_thrift.rpc.dispatch import MAX_REASON_CHARS
 from nimbus_thrift.rpc.errors import AppErrorCode
 from nimbus_thrift.rpc.options import DEFAULT_DECODED_SIZE_FACTOR
@@ -27,16 +24,6 @@ from support.rawthrift import EXCEPTION, ONEWAY, REPLY, call, connect, frame, me
 N = nimbus_idl()
 
 
-@pytest.fixture
-def logs():
-    """structlog events with the request context merged, as the CLI configures it."""
-    capture = LogCapture()
-    old = structlog.get_config()
-    structlog.configure(processors=[merge_request_context, capture])
-    try:
-        yield capture.entries
-    finally:
-        structlog.configure(**old)
 
 
 def serve(service, handler, **options):

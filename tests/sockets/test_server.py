@@ -13,9 +13,6 @@ import threading
 import time
 
 import pytest
-import structlog
-from nimbus_thrift.rpc.context import merge_request_context
-from structlog.testing import LogCapture
 
 import nimbus_thrift
 from nimbus_thrift.demo import CalculatorHandler, EchoHandler
@@ -44,16 +41,6 @@ class GatedEcho(EchoHandler):
         return data
 
 
-@pytest.fixture
-def logs():
-    """Capture structlog events with the request context merged, as the CLI configures."""
-    capture = LogCapture()
-    old = structlog.get_config()
-    structlog.configure(processors=[merge_request_context, capture])
-    try:
-        yield capture.entries
-    finally:
-        structlog.configure(**old)
 
 
 def serve(demo, handler=None, **options):

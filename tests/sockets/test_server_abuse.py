@@ -9,37 +9,17 @@ from __future__ import annotations
 import struct
 import time
 
-import pytest
-import structlog
-from structlog.testing import LogCapture
 
-import nimbus_thrift
-from nimbus_thrift.demo import EchoHandler
 from nimbus_thrift.rpc.connection import GROWTH_MIN
-from nimbus_thrift.rpc.context import merge_request_context
 from nimbus_thrift.rpc.errors import AppErrorCode
 
 from support.rawthrift import (ATTACKER, EXCEPTION, call, closed_by_peer, connect, decode,
                                read_frame, recv_exact, roundtrip, wait_closed, wait_for)
-from test_server import GatedEcho
+from test_server import GatedEcho, serve
 
 
-@pytest.fixture
-def logs():
-    capture = LogCapture()
-    old = structlog.get_config()
-    structlog.configure(processors=[merge_request_context, capture])
-    try:
-        yield capture.entries
-    finally:
-        structlog.configure(**old)
 
 
-def serve(demo, handler=None, **options):
-    server = nimbus_thrift.make_server(demo.Echo, handler or EchoHandler(), port=0,
-                                       **{"worker_threads": 4, **options})
-    server.start()
-    return server
 
 
 def served(demo, sock, text="still here"):

@@ -22,7 +22,7 @@ from nimbus_thrift.rpc.decoded import DECODED_SIZE_FLOOR, UNLIMITED, decoded_siz
 from nimbus_thrift.rpc.dispatch import Dispatcher, Status
 from nimbus_thrift.rpc.errors import AppErrorCode, DecodeBudgetError, DecodeError
 from nimbus_thrift.rpc.options import DEFAULT_DECODED_SIZE_FACTOR, OptionError, ServerOptions
-from support.binary_cases import (ALL_HEX, all_expected, c_outcome, encode_cy, h, load_cases,
+from support.binary_cases import (ALL_HEX, c_outcome, encode_cy, h, load_cases,
                                   python_outcome, round_trip_cases, spent)
 
 N = nimbus_idl()
