@@ -49,7 +49,7 @@ from ..topology.validate import (MAX_EXECUTORS_PER_TOPOLOGY, MAX_WORKERS,
                                  TOPOLOGY_DEFAULTS, InvalidTopology, TopologyPlan,
                                  check_count, check_name, check_topology, parse_conf)
 from .admission import check_admission, default_budget
-from .background import SerialQueues
+from .background import Job, SerialQueues
 from .codecheck import parse_in_child
 from .config import NimbusConfig
 from .launcher import Launcher, LaunchSpec
@@ -386,11 +386,13 @@ class NimbusHandler(NimbusQueries):
             with self.store.transaction():
                 self.store.set_status(rec.id, Status.KILLED.value, None)
                 self.store.set_action(Action(rec.id, "remove", due, {}))
-            self.timers.arm(rec.id, due)
+            job = None
+            if rec.status != Status.KILLED.value:
+                # Spouts stop while in-flight tuples drain, as Storm does during the wait.
+                job = self._queue_call(rec.id, self.launcher.pause, rec.id)
+            self.timers.arm(rec.id, due)         # after the pause: the stop queues behind
         log.info("topology_killed", topology=rec.id, wait_secs=wait, previous=rec.status)
-        if rec.status != Status.KILLED.value:
-            # Spouts stop while in-flight tuples drain, as Storm does during the wait.
-            self._reply_after(rec.id, self.launcher.pause, rec.id)
+        self._reply_after(rec.id, job)
 
     @_client_errors
     def activate(self, name: str) -> None:
@@ -407,9 +409,10 @@ class NimbusHandler(NimbusQueries):
             if target.value == rec.status:
                 return
             self.store.set_status(rec.id, target.value, None)
+            job = self._queue_call(rec.id, self.launcher.resume if event is Event.ACTIVATE
+                                   else self.launcher.pause, rec.id)
         log.info("topology_" + event.value + "d", topology=rec.id)
-        self._reply_after(rec.id, self.launcher.resume if event is Event.ACTIVATE
-                          else self.launcher.pause, rec.id)
+        self._reply_after(rec.id, job)
 
     @_client_errors
     def rebalance(self, name: str, options: Any) -> None:
@@ -456,10 +459,11 @@ class NimbusHandler(NimbusQueries):
                 self.store.set_status(rec.id, Status.REBALANCING.value, rec.status)
                 self.store.set_action(Action(rec.id, "rebalance", due, {
                     "num_workers": workers, "num_executors": dict(executors)}))
+            job = self._queue_call(rec.id, self.launcher.pause, rec.id)
             self.timers.arm(rec.id, due)
         log.info("topology_rebalancing", topology=rec.id, wait_secs=wait,
                  num_workers=workers, num_executors=dict(executors))
-        self._reply_after(rec.id, self.launcher.pause, rec.id)
+        self._reply_after(rec.id, job)
 
     def run_action(self, topology_id: str) -> None:
         """Run the topology's pending action if it is due (called by the timers). The
@@ -611,14 +615,19 @@ class NimbusHandler(NimbusQueries):
         """Queue ``func`` on the topology's launcher queue (after its earlier calls)."""
         return self.background.submit(topology_id, lambda: func(*args, **kwargs), what)
 
-    def _reply_after(self, topology_id: str, method: Callable[P, object],
-                     *args: P.args, **kwargs: P.kwargs) -> None:
-        """Queue a launcher call and wait a moment for it, so a quick launcher's outcome
-        is in the reply; a slow one goes on after the reply."""
-        job = self.background.submit(
+    def _queue_call(self, topology_id: str, method: Callable[P, object],
+                    *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Queue a launcher call behind the topology's earlier ones. Called under the
+        topology's lock, so the launcher sees its calls in the order their state
+        changes committed (a kill's pause before the removal's stop; two toggles in
+        the order they were stored)."""
+        return self.background.submit(
             topology_id, lambda: self._launcher_call(topology_id, method, *args, **kwargs),
             method.__name__)
-        if not job.wait(self.config.launcher_reply_wait_secs):
-            log.info("launcher_call_continues", topology=topology_id,
-                     method=method.__name__,
+
+    def _reply_after(self, topology_id: str, job: Job | None) -> None:
+        """Wait a moment for a queued launcher call (outside every lock), so a quick
+        launcher's outcome is in the reply; a slow one goes on after the reply."""
+        if job is not None and not job.wait(self.config.launcher_reply_wait_secs):
+            log.info("launcher_call_continues", topology=topology_id, method=job.what,
                      waited_secs=self.config.launcher_reply_wait_secs)
