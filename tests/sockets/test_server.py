@@ -85,6 +85,9 @@ def test_oneway_gets_no_reply_and_connection_goes_on(demo, echo_handler):
             reply = roundtrip(sock, call(demo.Echo, "events", seqid=2), demo.Echo)
             # the first frame back answers seqid 2: nothing was written for the oneway
             assert reply.seqid == 2 and reply.body.success == ["e1"]
+            # Both frames' bytes came back with the connection still open (closing it
+            # releases everything, so a test after the close could not tell).
+            wait_for(lambda: server.metrics().bytes_reserved == 0, what="bytes released")
 
 
 def test_pipelined_frames_are_answered_in_order(demo):
@@ -387,6 +390,9 @@ def test_full_queue_gets_overloaded_reply_and_connection_stays_usable(demo, logs
                           "echo_binary").body.success == b"queued"
             assert roundtrip(refused, call(demo.Echo, "echo", seqid=4, s="again"),
                              demo.Echo).body.success == "again"
+            # Every frame's bytes came back, the overloaded one's included, with all
+            # three connections still open.
+            wait_for(lambda: server.metrics().bytes_reserved == 0, what="bytes released")
         finally:
             for sock in (busy, queued, refused):
                 sock.close()
@@ -551,3 +557,18 @@ def test_multiplexed_and_default_services_on_one_port(demo):
 def test_make_server_rejects_unknown_options(demo):
     with pytest.raises(nimbus_thrift.OptionError, match="worker_thread"):
         nimbus_thrift.make_server(demo.Echo, EchoHandler(), worker_thread=3)
+
+
+def test_a_reply_written_in_several_parts_releases_its_frame(demo):
+    # 4 MiB cannot go out in one send (the socket buffers are far smaller), so the
+    # reply takes the selector's partial-write path; the frame's bytes must still come
+    # back with the connection open.
+    payload = bytes(range(256)) * (4 << 12)
+    with serve(demo) as server:
+        with connect(server.address, rcvbuf=64 << 10) as sock:
+            sock.sendall(call(demo.Echo, "echo_binary", seqid=1, data=payload))
+            reply = decode(read_frame(sock), demo.Echo, "echo_binary")
+            assert reply.body.success == payload
+            wait_for(lambda: server.metrics().bytes_reserved == 0, what="bytes released")
+            assert roundtrip(sock, call(demo.Echo, "echo", seqid=2, s="next"),
+                             demo.Echo).body.success == "next"
