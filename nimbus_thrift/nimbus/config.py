@@ -17,8 +17,12 @@ from typing import Any, Mapping
 from ..idl import NIMBUS_PORT
 # The server library's defaults are already Storm's (64 workers as nimbus.thrift.threads,
 # storm.thrift.socket.timeout.ms's 10 minutes idle); the daemon keeps them.
-from ..rpc.options import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
-                           DEFAULT_MAX_READ_BUFFER_BYTES, DEFAULT_WORKER_THREADS)
+from ..rpc.options import (DEFAULT_DECODED_SIZE_FACTOR, DEFAULT_FIRST_REQUEST_TIMEOUT,
+                           DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+                           DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_READ_BUFFER_BYTES,
+                           DEFAULT_MAX_UNSENT_REPLY_BYTES, DEFAULT_MIN_FRAME_RATE,
+                           DEFAULT_PARK_TIMEOUT, DEFAULT_WORKER_THREADS,
+                           DEFAULT_WRITE_TIMEOUT)
 
 ENV_PREFIX = "NIMBUS_THRIFT_"
 
@@ -98,6 +102,22 @@ class NimbusConfig:
     max_read_buffer_bytes: int = DEFAULT_MAX_READ_BUFFER_BYTES
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    #: The server's deadlines and per-client bounds (see the server options in the
+    #: README): a frame must arrive whole within frame_read_timeout, a connection's
+    #: first request within first_request_timeout, a frame no slower than min_frame_rate
+    #: bytes/s; a frame waits park_timeout at most for read-buffer memory; a reply must
+    #: be taken within write_timeout.
+    frame_read_timeout: float = DEFAULT_FRAME_READ_TIMEOUT
+    first_request_timeout: float = DEFAULT_FIRST_REQUEST_TIMEOUT
+    min_frame_rate: int = DEFAULT_MIN_FRAME_RATE
+    park_timeout: float = DEFAULT_PARK_TIMEOUT
+    write_timeout: float = DEFAULT_WRITE_TIMEOUT
+    #: Connections from one client address; 0 means a quarter of max_connections.
+    max_connections_per_peer: int = 0
+    #: Reply bytes held for clients that do not read them, all connections together.
+    max_unsent_reply_bytes: int = DEFAULT_MAX_UNSENT_REPLY_BYTES
+    #: A request may decode into at most this many times its frame's bytes.
+    decoded_size_factor: int = DEFAULT_DECODED_SIZE_FACTOR
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     file_copy_expiration_secs: float = DEFAULT_FILE_COPY_EXPIRATION_SECS
     upload_retention_secs: float = DEFAULT_UPLOAD_RETENTION_SECS
@@ -169,6 +189,8 @@ _LIMITS = {  # field -> (lowest allowed, inclusive)
     "min_free_disk_bytes": 0,
     "max_components": 1, "max_code_parse_bytes": 1, "max_code_parse_total_bytes": 1,
     "max_topologies": 1, "spark_memory_budget": 0,
+    "min_frame_rate": 1, "max_connections_per_peer": 0, "max_unsent_reply_bytes": 1,
+    "decoded_size_factor": 1,
 }
 #: Words a boolean setting may be spelled with in YAML strings and the environment.
 _BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,

@@ -161,7 +161,14 @@ class NimbusDaemon:
                 nimbus_idl().Nimbus, self.handler, host=config.host, port=config.port,
                 worker_threads=config.worker_threads, max_frame_size=config.max_frame_size,
                 max_read_buffer_bytes=config.max_read_buffer_bytes,
-                max_connections=config.max_connections, idle_timeout=config.idle_timeout)
+                max_connections=config.max_connections, idle_timeout=config.idle_timeout,
+                frame_read_timeout=config.frame_read_timeout,
+                first_request_timeout=config.first_request_timeout,
+                min_frame_rate=config.min_frame_rate, park_timeout=config.park_timeout,
+                write_timeout=config.write_timeout,
+                max_connections_per_peer=config.max_connections_per_peer or None,
+                max_unsent_reply_bytes=config.max_unsent_reply_bytes,
+                decoded_size_factor=config.decoded_size_factor)
             address = self.server.start()
             self.handler.start(address)
         except BaseException:

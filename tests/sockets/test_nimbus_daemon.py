@@ -528,3 +528,25 @@ def test_a_conf_with_two_to_the_forty_workers_is_refused_and_list_still_works(
                                   wordcount())
     submit(port, "wc")
     assert cli(port, "list").exit_code == 0
+
+
+def test_the_servers_deadlines_and_bounds_are_daemon_settings(tmp_path: Path) -> None:
+    config = load_config(env={"NIMBUS_THRIFT_PARK_TIMEOUT": "3"}, flags={
+        "data_dir": str(tmp_path / "data"), "port": 0, "first_request_timeout": 5,
+        "min_frame_rate": 100, "write_timeout": 7, "frame_read_timeout": 9,
+        "max_connections_per_peer": 3, "max_unsent_reply_bytes": 1 << 20,
+        "decoded_size_factor": 4})
+    d = NimbusDaemon(config, launcher=FakeLauncher())
+    d.start()
+    try:
+        assert d.server is not None
+        o = d.server.options
+        assert (o.first_request_timeout, o.min_frame_rate, o.park_timeout, o.write_timeout,
+                o.frame_read_timeout, o.max_connections_per_peer,
+                o.max_unsent_reply_bytes) == (5, 100, 3, 7, 9, 3, 1 << 20)
+        assert d.server.dispatcher.decoded_size_factor == 4
+    finally:
+        d.stop(grace=5.0)
+    # 0 (the default) leaves the per-address cap to the server: a quarter of the total.
+    assert load_config(env={}, flags={"data_dir": str(tmp_path / "d2")}) \
+        .max_connections_per_peer == 0
