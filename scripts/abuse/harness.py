@@ -1,6 +1,6 @@
-"""What the abuse scripts share: a nimbus daemon in its own process (so its memory is
-its own), a well-behaved client that keeps calling it and times every answer, and a raw
-attacker connection from another loopback address.
+"""What the daemon rows (nimbus_rows.py) use beside abuse_common.py: a nimbus daemon in
+its own process (so its memory is its own), a well-behaved client that keeps calling it
+and times every answer, and a raw attacker connection from another loopback address.
 
 The daemon listens on 127.0.0.1; attackers connect from 127.0.0.2 (loopback accepts
 any 127.x source), so per-address limits tell the two apart, as they would two hosts.
@@ -22,11 +22,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from abuse_common import ATTACKER, rss_mib  # noqa: E402
 from nimbus_thrift.client import NimbusClient  # noqa: E402
 from nimbus_thrift.idl import nimbus_idl  # noqa: E402
 from nimbus_thrift.rpc.calls import bind_args, decode_reply, encode_call  # noqa: E402
 
-ATTACKER = "127.0.0.2"
 #: What the issue asks of a well-behaved client while an attack goes on.
 GOOD_LATENCY_S = 1.0
 
@@ -65,10 +65,7 @@ class Daemon:
             self.log.write(raw)
 
     def rss_mib(self, field: str = "VmRSS") -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-        return 0.0
+        return rss_mib(self.proc.pid, field)
 
     def client(self, timeout: float = 30.0) -> NimbusClient:
         return NimbusClient("127.0.0.1", self.port, timeout=timeout)
