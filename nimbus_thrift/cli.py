@@ -62,6 +62,9 @@ def main() -> None:
 @click.option("--max-read-buffer-bytes", type=click.IntRange(1),
               default=DEFAULT_MAX_READ_BUFFER_BYTES, show_default=True,
               help="Bytes all connections together may hold in read buffers.")
+@click.option("--max-read-buffer-bytes-per-peer", type=click.IntRange(1), default=None,
+              help="Bytes one client address's frames may declare at once [default: a "
+                   "quarter of --max-read-buffer-bytes, at least one --max-frame-size].")
 @click.option("--max-connections", type=click.IntRange(1), default=DEFAULT_MAX_CONNECTIONS,
               show_default=True)
 @click.option("--idle-timeout", type=click.FloatRange(0, min_open=True),
@@ -86,7 +89,8 @@ def main() -> None:
               show_default=True, help="SO_SNDBUF of accepted sockets.")
 @_logging_options
 def demo(host: str, port: int, workers: int, queue_size: int, max_frame_size: int,
-         max_read_buffer_bytes: int, max_connections: int, idle_timeout: float,
+         max_read_buffer_bytes: int, max_read_buffer_bytes_per_peer: int | None,
+         max_connections: int, idle_timeout: float,
          frame_read_timeout: float, max_connections_per_peer: int | None,
          first_request_timeout: float, park_timeout: float, min_frame_rate: int,
          max_unsent_reply_bytes: int, send_buffer_size: int | None, log_level: str,
@@ -107,6 +111,7 @@ def demo(host: str, port: int, workers: int, queue_size: int, max_frame_size: in
                       "Calculator": (module.Calculator, CalculatorHandler())},
             worker_threads=workers, worker_queue_size=queue_size,
             max_frame_size=max_frame_size, max_read_buffer_bytes=max_read_buffer_bytes,
+            max_read_buffer_bytes_per_peer=max_read_buffer_bytes_per_peer,
             max_connections=max_connections, idle_timeout=idle_timeout,
             frame_read_timeout=frame_read_timeout,
             max_connections_per_peer=max_connections_per_peer,
@@ -176,7 +181,7 @@ def nimbus(config_file: Path | None, **flags: Any) -> None:
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     logs.configure(config.log_level, config.log_format)  # type: ignore[arg-type]
-    tune_allocator()
+    tune_allocator("bounded")
     daemon = NimbusDaemon(config)
     stop = _on_stop_signals()
     try:

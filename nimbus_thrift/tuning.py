@@ -32,22 +32,42 @@ TRIM_THRESHOLD = 128 * 1024 * 1024
 ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD),
                  "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)}
 
+#: The bounded profile (the Nimbus daemon's): buffers from this size up get their own
+#: mapping, returned to the kernel when freed. Setting it also turns off glibc's
+#: dynamic threshold, which after the first large free serves every later large
+#: buffer from the per-thread heaps: there, 64 workers' freed 1 MB replies stayed
+#: resident (1,000 clients not reading a 900 KB conf: +190 MiB at the peak, 115 MiB
+#: of it free memory glibc kept; scripts/abuse/nimbus_rows.py --rows 5).
+BOUNDED_MMAP_THRESHOLD = 256 * 1024
+#: ... and the heap keeps at most this much freed memory at its top.
+BOUNDED_TRIM_THRESHOLD = 1024 * 1024
 
-def tune_allocator() -> bool:
-    """Keep freed multi-megabyte buffers for reuse (glibc ``mallopt``).
+PROFILES = {
+    # Throughput on multi-megabyte frames (the demo server, the benchmarks).
+    "reuse": (MMAP_THRESHOLD, TRIM_THRESHOLD),
+    # Memory that stays near what is live, whatever clients do: a daemon whose large
+    # requests are occasional (uploads, confs) and whose clients may be hostile.
+    "bounded": (BOUNDED_MMAP_THRESHOLD, BOUNDED_TRIM_THRESHOLD),
+}
 
-    Costs up to :data:`TRIM_THRESHOLD` bytes of freed memory kept in the process after
-    a burst of large requests. Returns False, changing nothing, where the C library is
-    not glibc.
+
+def tune_allocator(profile: str = "reuse") -> bool:
+    """Set glibc's ``mallopt`` thresholds to ``profile`` (see :data:`PROFILES`).
+
+    "reuse" keeps freed multi-megabyte buffers for reuse, at the cost of up to
+    :data:`TRIM_THRESHOLD` bytes of freed memory kept after a burst of large requests;
+    "bounded" returns them at once, at the cost of fresh pages for each. Returns
+    False, changing nothing, where the C library is not glibc.
     """
+    mmap_threshold, trim_threshold = PROFILES[profile]
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name)
         mallopt = libc.mallopt
     except (OSError, AttributeError, TypeError):
         return False
-    if not (mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-            and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)):
-        log.warning("allocator_tuning_failed", effect="glibc defaults kept")
+    if not (mallopt(_M_MMAP_THRESHOLD, mmap_threshold)
+            and mallopt(_M_TRIM_THRESHOLD, trim_threshold)):
+        log.warning("allocator_tuning_failed", profile=profile, effect="glibc defaults kept")
         return False
     return True

@@ -19,8 +19,7 @@ from ..idl import NIMBUS_PORT
 # storm.thrift.socket.timeout.ms's 10 minutes idle); the daemon keeps them.
 from ..rpc.options import (DEFAULT_DECODED_SIZE_FACTOR, DEFAULT_FIRST_REQUEST_TIMEOUT,
                            DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
-                           DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_READ_BUFFER_BYTES,
-                           DEFAULT_MAX_UNSENT_REPLY_BYTES, DEFAULT_MIN_FRAME_RATE,
+                           DEFAULT_MAX_CONNECTIONS, DEFAULT_MIN_FRAME_RATE,
                            DEFAULT_PARK_TIMEOUT, DEFAULT_WORKER_THREADS,
                            DEFAULT_WRITE_TIMEOUT)
 
@@ -36,6 +35,20 @@ DEFAULT_MAX_UPLOAD_BYTES = 256 << 20
 DEFAULT_FILE_COPY_EXPIRATION_SECS = 600.0
 #: Storm cleans its inbox of jars older than an hour; unused uploads go after this.
 DEFAULT_UPLOAD_RETENTION_SECS = 3600.0
+#: The daemon's memory bounds, tighter than the server library's (which serves 16 MB
+#: frames to trusted callers): its frames are at most 1 MiB and its large replies rare
+#: (confs, topologies; download chunks are 300 KiB), and it must stay within its RSS
+#: targets against clients that send frames they never finish or ask for replies they
+#: never read (scripts/abuse/nimbus_rows.py, rows 3 and 5). Frames in read buffers: 64
+#: of the largest at once.
+DAEMON_MAX_READ_BUFFER_BYTES = 64 << 20
+#: Reply bytes held for slow readers: 16 replies of 1 MiB. The daemon's RSS can grow by
+#: this plus one reply per worker waiting to hand its reply over.
+DAEMON_MAX_UNSENT_REPLY_BYTES = 16 << 20
+#: SO_SNDBUF: what the kernel queues for one client that does not read (Linux doubles
+#: it). With the library's 256 KiB, 1,000 clients not reading 900 KB replies held 512
+#: MiB of TCP memory; with 64 KiB, a download chunk still goes out in three writes.
+DAEMON_SEND_BUFFER_SIZE = 64 << 10
 #: Bytes per downloadChunk reply: Storm's upload chunk size, so that a reply fits the
 #: 1 MiB frame limit Storm's own clients read with (nimbus.thrift.max_buffer_size).
 DEFAULT_DOWNLOAD_CHUNK_BYTES = 307_200
@@ -99,7 +112,10 @@ class NimbusConfig:
     data_dir: Path = dataclasses.field(default_factory=default_data_dir)
     worker_threads: int = DEFAULT_WORKER_THREADS
     max_frame_size: int = STORM_MAX_FRAME_SIZE
-    max_read_buffer_bytes: int = DEFAULT_MAX_READ_BUFFER_BYTES
+    max_read_buffer_bytes: int = DAEMON_MAX_READ_BUFFER_BYTES
+    #: What one client address's frames may declare at once; 0 means a quarter of
+    #: max_read_buffer_bytes (at least one max_frame_size).
+    max_read_buffer_bytes_per_peer: int = 0
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     #: The server's deadlines and per-client bounds (see the server options in the
@@ -115,7 +131,9 @@ class NimbusConfig:
     #: Connections from one client address; 0 means a quarter of max_connections.
     max_connections_per_peer: int = 0
     #: Reply bytes held for clients that do not read them, all connections together.
-    max_unsent_reply_bytes: int = DEFAULT_MAX_UNSENT_REPLY_BYTES
+    max_unsent_reply_bytes: int = DAEMON_MAX_UNSENT_REPLY_BYTES
+    #: SO_SNDBUF of accepted sockets; 0 leaves it to the kernel's autotuning.
+    send_buffer_size: int = DAEMON_SEND_BUFFER_SIZE
     #: A request may decode into at most this many times its frame's bytes.
     decoded_size_factor: int = DEFAULT_DECODED_SIZE_FACTOR
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
@@ -189,8 +207,8 @@ _LIMITS = {  # field -> (lowest allowed, inclusive)
     "min_free_disk_bytes": 0,
     "max_components": 1, "max_code_parse_bytes": 1, "max_code_parse_total_bytes": 1,
     "max_topologies": 1, "spark_memory_budget": 0,
-    "min_frame_rate": 1, "max_connections_per_peer": 0, "max_unsent_reply_bytes": 1,
-    "decoded_size_factor": 1,
+    "min_frame_rate": 1, "max_connections_per_peer": 0, "max_read_buffer_bytes_per_peer": 0, "max_unsent_reply_bytes": 1,
+    "send_buffer_size": 0, "decoded_size_factor": 1,
 }
 #: Words a boolean setting may be spelled with in YAML strings and the environment.
 _BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,

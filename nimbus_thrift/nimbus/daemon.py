@@ -161,6 +161,7 @@ class NimbusDaemon:
                 nimbus_idl().Nimbus, self.handler, host=config.host, port=config.port,
                 worker_threads=config.worker_threads, max_frame_size=config.max_frame_size,
                 max_read_buffer_bytes=config.max_read_buffer_bytes,
+                max_read_buffer_bytes_per_peer=config.max_read_buffer_bytes_per_peer or None,
                 max_connections=config.max_connections, idle_timeout=config.idle_timeout,
                 frame_read_timeout=config.frame_read_timeout,
                 first_request_timeout=config.first_request_timeout,
@@ -168,6 +169,7 @@ class NimbusDaemon:
                 write_timeout=config.write_timeout,
                 max_connections_per_peer=config.max_connections_per_peer or None,
                 max_unsent_reply_bytes=config.max_unsent_reply_bytes,
+                send_buffer_size=config.send_buffer_size or None,
                 decoded_size_factor=config.decoded_size_factor)
             address = self.server.start()
             self.handler.start(address)

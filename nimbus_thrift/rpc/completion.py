@@ -35,7 +35,8 @@ class Completion:
     Workers write :attr:`done` (and read the flags); the selector books and clears it.
     """
 
-    def __init__(self, dispatcher: Dispatcher, budget: MemoryBudget) -> None:
+    def __init__(self, dispatcher: Dispatcher, budget: MemoryBudget,
+                 max_unsent_reply_bytes: int) -> None:
         self.dispatcher = dispatcher
         self._budget = budget
         self.wakeup = Wakeup()
@@ -44,6 +45,16 @@ class Completion:
         self.done: deque[tuple[Connection, Any, Status, bool]] = deque()
         self._finish_lock = threading.Lock()
         self._finished = False
+        #: Reply bytes the selector holds for slow readers (it alone writes this; see
+        #: Selector._hold_output) and the cap on them.
+        self.unsent_bytes = 0
+        self._unsent_cap = max_unsent_reply_bytes
+        #: Reply bytes in ``done`` that the socket did not take, not yet booked. They
+        #: count against the same cap: a worker that would pass it waits for the
+        #: selector (which closes the slowest readers to make room) instead of piling
+        #: up replies nobody reads (1,000 unread 900 KB replies held 190 of them here).
+        self.queued_unsent = 0
+        self._room = threading.Condition(self._finish_lock)
         #: Set by Server.stop (from any thread); read by the workers and the selector.
         self.stop_requested = False
 
@@ -71,6 +82,8 @@ class Completion:
         if reply is not None and status is not Status.CLOSE:
             unsent = send_now(conn.io, reply)
         with self._finish_lock:
+            if unsent and unsent is not WRITE_FAILED:
+                self._wait_for_room(held_size(unsent))
             if self._finished:
                 conn.sock.close()  # the selector is gone; nobody else will
                 return
@@ -82,6 +95,33 @@ class Completion:
         if unsent or conn.interest is None or conn.leftover or status is Status.CLOSE \
                 or self._budget.parked or self.stop_requested:
             self.wakeup.wake()
+
+
+    def _wait_for_room(self, size: int) -> None:
+        """With ``_finish_lock`` held: queue ``size`` more unsent reply bytes, first
+        waiting while the queued and held ones are past the cap. Never waits while
+        nothing else is queued, so one reply larger than the cap still goes out."""
+        while self.queued_unsent and not self._finished and not self.stop_requested \
+                and self.queued_unsent + self.unsent_bytes + size > self._unsent_cap:
+            self.wakeup.wake()
+            self._room.wait(0.5)
+        self.queued_unsent += size
+
+    def booked_unsent(self, size: int) -> None:
+        """The selector took ``size`` queued unsent bytes off ``done`` (called rarely:
+        only for replies the socket did not take)."""
+        with self._finish_lock:
+            self.queued_unsent -= size
+            self._room.notify_all()
+
+
+def held_size(unsent: list[Any]) -> int:
+    """Bytes kept alive by the unsent ``buffers``: the whole of each buffer a view
+    points into, not just the view."""
+    size = 0
+    for buf in unsent:
+        size += memoryview(buf.obj).nbytes if isinstance(buf, memoryview) else len(buf)
+    return size
 
 
 #: Marks an outcome whose reply could not be written (the peer is gone). Truthy, so a

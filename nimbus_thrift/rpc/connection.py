@@ -42,9 +42,10 @@ import struct
 from typing import TYPE_CHECKING
 
 from .binary import read_message_header
-from .errors import FrameSizeError, NotThriftError, RpcError
+from .errors import FrameSizeError, NotThriftError, PeerShareError, RpcError
 from .fastio import grow_bytearray
 from .memory import MemoryBudget
+from .peers import PeerShare
 
 if TYPE_CHECKING:
     import socket
@@ -178,7 +179,7 @@ class Connection:
                  "frame_started", "fd", "sock", "io", "out", "out_size", "write_started",
                  "interest", "refusal", "refused_call", "peer_gone", "closing",
                  "linger_until", "host", "opened_at", "fresh", "parked_at",
-                 "outq_checked")
+                 "outq_checked", "share", "declared")
 
     def __init__(self, peer: str, budget: MemoryBudget, max_frame_size: int,
                  now: float = 0.0) -> None:
@@ -202,6 +203,8 @@ class Connection:
         self.parked_at = 0.0           # when the current frame parked
         self.outq_checked = 0.0        # last_activity when the send queue was last checked
         self.host = peer               # what per-peer limits count (the peer's address)
+        self.share = PeerShare()       # the counts of ``host`` (the selector's, once accepted)
+        self.declared = 0              # the current frame's length, as counted in ``share``
         # Fields the I/O shell owns; kept here so one object describes a connection.
         self.fd = -1
         self.sock: socket.socket | None = None
@@ -281,9 +284,13 @@ class Connection:
             # transitions as below (FRAME_ADMITTED, then FRAME_COMPLETE; checked against
             # the table at import), without the general bookkeeping.
             size = _LENGTH.unpack_from(view)[0]
+            share = self.share
+            budget = self.budget
             if size == len(view) - 4 and size <= self.max_frame_size and \
-                    size <= self.budget.capacity:
-                self.budget.force_reserve(size)
+                    size <= budget.capacity and share.declared + size <= budget.peer_share:
+                share.declared += size
+                self.declared = size
+                budget.force_reserve(size)
                 self.held += size
                 self.frame = bytes(view[4:])
                 self.size = self.pos = size
@@ -312,6 +319,8 @@ class Connection:
             self.advance(Event.REFUSED)
             return Event.REFUSED
         self.size = size
+        self.share.declared += size
+        self.declared = size
         have = len(body)
         if have >= size:
             # Whole frame (and perhaps the start of the next one) already here; all of it
@@ -344,6 +353,9 @@ class Connection:
             return FrameSizeError(size, self.budget.capacity,
                                   "the server's whole read-buffer budget "
                                   "(max_read_buffer_bytes)")
+        in_use = self.share.declared
+        if in_use + size > self.budget.peer_share:
+            return PeerShareError(size, self.budget.peer_share, in_use)
         return None
 
     def memory_granted(self) -> None:
@@ -373,6 +385,9 @@ class Connection:
         self._give_back(self.size)
         self.size = 0
         self.pos = 0
+        if self.declared:
+            self.share.declared -= self.declared
+            self.declared = 0
 
     def answered(self) -> None:
         """The request's reply was ready and went out whole: :meth:`request_done`,
@@ -393,6 +408,9 @@ class Connection:
         self.frame = None
         self.leftover = b""
         self.need = 0
+        if self.declared:
+            self.share.declared -= self.declared
+            self.declared = 0
         if self.state is not State.CLOSED:
             self.advance(Event.CLOSE)
         return released
@@ -415,6 +433,9 @@ class Connection:
         self.frame = None
         self.need = 0
         self._give_back(self.held)
+        if self.declared:
+            self.share.declared -= self.declared
+            self.declared = 0
         self.advance(Event.REFUSED)
 
     def received_in_frame(self) -> int:

@@ -52,6 +52,21 @@ class FrameSizeError(WireError):
         super().__init__(f"frame of {size} bytes refused: {what} is {limit} bytes")
 
 
+class PeerShareError(FrameSizeError):
+    """A frame that would take its client address past its share of the read buffers
+    (``max_read_buffer_bytes_per_peer``), counting what its other frames declared."""
+
+    def __init__(self, size: int, limit: int, in_use: int) -> None:
+        self.size = size
+        self.limit = limit
+        self.in_use = in_use
+        self.what = "max_read_buffer_bytes_per_peer"
+        WireError.__init__(self, f"frame of {size} bytes refused: this client address's "
+                                 f"frames in progress already declare {in_use} bytes, and "
+                                 f"its share of the read buffers "
+                                 f"(max_read_buffer_bytes_per_peer) is {limit} bytes")
+
+
 class NotThriftError(WireError):
     """The first bytes look like another protocol (HTTP, TLS, unframed Thrift, ...)."""
 

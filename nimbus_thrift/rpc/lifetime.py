@@ -27,6 +27,7 @@ from .dispatch import Status
 from .fastio import ACCELERATED
 from .metrics import ServerState
 from .options import ServerOptions
+from .peers import PeerShare
 from .throttle import LogThrottle
 from .workers import WorkerPool
 
@@ -47,7 +48,7 @@ class Lifetime(Completion):
     options: ServerOptions
     pool: WorkerPool
     stop_deadline: float
-    per_peer: dict[str, int]
+    per_peer: dict[str, PeerShare]
     _state: ServerState
     _listener: socket.socket
     _listener_paused_until: float
@@ -90,8 +91,8 @@ class Lifetime(Completion):
                 return
             peer = _peer_name(addr)
             host = addr[0] if isinstance(addr, tuple) and addr else peer
-            per_peer = self.per_peer
-            count = per_peer.get(host, 0)
+            share = self.per_peer.get(host)
+            count = share.connections if share is not None else 0
             if state.connections_open >= opts.max_connections:
                 self._refuse_connection(sock, host, peer, now, "max_connections",
                                         opts.max_connections)
@@ -101,7 +102,9 @@ class Lifetime(Completion):
                 self._refuse_connection(sock, host, peer, now, "max_connections_per_peer",
                                         self._per_peer_limit)
                 continue
-            per_peer[host] = count + 1
+            if share is None:
+                share = self.per_peer[host] = PeerShare()
+            share.connections += 1
             sock.setblocking(False)
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -115,6 +118,7 @@ class Lifetime(Completion):
                     pass  # the kernel keeps its own size; write_timeout still applies
             conn = Connection(peer, self._budget, opts.max_frame_size, now)
             conn.host = host
+            conn.share = share
             conn.sock = sock
             conn.fd = sock.fileno()
             # fastio's C calls take the descriptor (no fileno() call per recv and send).
@@ -217,6 +221,7 @@ class Lifetime(Completion):
         not_started = {id(task[0]) for task in pool.discard_queued()}
         with self._finish_lock:
             self._finished = True
+            self._room.notify_all()     # workers waiting to queue a reply give up
             # Outcomes that came back too late: count them, then close below.
             while self.done:
                 conn, _, status, _ = self.done.popleft()

@@ -42,10 +42,13 @@ class Parkable(Protocol):
 class MemoryBudget:
     """Counts bytes reserved against ``capacity``; parks and admits waiters in order."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, peer_share: int | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be positive, not {capacity}")
         self.capacity = capacity
+        #: What the frames of one client address may declare in all (see peers.py);
+        #: checked by the connections, as a frame is admitted.
+        self.peer_share = peer_share if peer_share is not None else capacity
         self.reserved = 0
         self.peak = 0
         #: Times the head of the queue was admitted over capacity to break a wait of

@@ -67,7 +67,9 @@ DEFAULT_FRAME_RATE_GRACE = 10.0
 #: Share of max_connections one client address may hold when
 #: max_connections_per_peer is not set: a quarter, so filling the server takes at
 #: least four addresses (1024 of the default 4096; the benchmarks use at most 256
-#: connections from one address).
+#: connections from one address). The same share of max_read_buffer_bytes when
+#: max_read_buffer_bytes_per_peer is not set (64 of the default 256 MiB: four frames
+#: of the largest default size at once).
 PER_PEER_SHARE = 4
 #: ... but never fewer than this (or max_connections, if smaller): a small server
 #: must still let one host run a CLI, a driver and a few executors side by side.
@@ -115,6 +117,9 @@ class ServerOptions:
     worker_queue_size: int = DEFAULT_WORKER_QUEUE_SIZE
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
     max_read_buffer_bytes: int = DEFAULT_MAX_READ_BUFFER_BYTES
+    #: None: max_read_buffer_bytes // PER_PEER_SHARE, at least one max_frame_size (or
+    #: the whole budget, if smaller); read the value in force from :attr:`peer_read_share`.
+    max_read_buffer_bytes_per_peer: int | None = None
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT
     frame_read_timeout: float | None = DEFAULT_FRAME_READ_TIMEOUT
@@ -142,7 +147,8 @@ class ServerOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise OptionError(f"{name} must be a positive integer, not {value!r}.")
-        for name in ("max_connections_per_peer", "min_frame_rate", "send_buffer_size"):
+        for name in ("max_connections_per_peer", "min_frame_rate", "send_buffer_size",
+                     "max_read_buffer_bytes_per_peer"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 1):
@@ -179,6 +185,17 @@ class ServerOptions:
             return min(self.max_connections_per_peer, self.max_connections)
         return max(self.max_connections // PER_PEER_SHARE,
                    min(PER_PEER_FLOOR, self.max_connections))
+
+    @property
+    def peer_read_share(self) -> int:
+        """Bytes the frames of one client address may declare at once (being read or
+        handled): :attr:`max_read_buffer_bytes_per_peer`, or the share of
+        :attr:`max_read_buffer_bytes` described at :data:`PER_PEER_SHARE`, never under
+        one frame of :attr:`max_frame_size`."""
+        budget = self.max_read_buffer_bytes
+        if self.max_read_buffer_bytes_per_peer is not None:
+            return min(self.max_read_buffer_bytes_per_peer, budget)
+        return max(budget // PER_PEER_SHARE, min(self.max_frame_size, budget))
 
     @classmethod
     def from_kwargs(cls, **kwargs: object) -> "ServerOptions":

@@ -35,7 +35,7 @@ from typing import Any
 import structlog
 
 from . import binary
-from .completion import WRITE_FAILED, send_now, unsent_part
+from .completion import WRITE_FAILED, held_size, send_now, unsent_part
 from .connection import SCRATCH_SIZE, Connection, Event, State
 from .deadlines import ParkTimeoutError
 from .dispatch import Dispatcher, Reply, Status
@@ -44,6 +44,7 @@ from .fastio import poll, recv_into, sendmsg
 from .memory import MemoryBudget
 from .metrics import ServerState
 from .options import ServerOptions
+from .peers import FAIR_SHARE, PeerShare
 from .lifetime import Lifetime
 from .throttle import LogThrottle
 from .workers import STALL_SECS, WorkerPool
@@ -61,6 +62,8 @@ _CLOSED = State.CLOSED
 _FRAME_COMPLETE = Event.FRAME_COMPLETE
 _FAILED = Status.FAILED
 _CLOSE = Status.CLOSE
+
+_FAIR_SHARE = FAIR_SHARE
 
 #: Replies written per selector pass before the loop polls sockets again.
 _MAX_COMPLETIONS_PER_PASS = 1024
@@ -80,7 +83,7 @@ class Selector(Lifetime):
 
     def __init__(self, listener: socket.socket, dispatcher: Dispatcher,
                  options: ServerOptions, budget: MemoryBudget, state: ServerState) -> None:
-        super().__init__(dispatcher, budget)
+        super().__init__(dispatcher, budget, options.max_unsent_reply_bytes)
         self.options = options
         self._listener = listener
         self._state = state
@@ -89,13 +92,11 @@ class Selector(Lifetime):
                                self.run_task, watched=True)
         #: When the grace period of a stop ends (set by Server.stop with stop_requested).
         self.stop_deadline = 0.0
-        #: Open connections per client address (max_connections_per_peer).
-        self.per_peer: dict[str, int] = {}
+        #: Each client address's open connections and requests in the pool (peers.py).
+        self.per_peer: dict[str, PeerShare] = {}
         self._per_peer_limit = options.per_peer_limit
         self._refusal_log = LogThrottle()
-        #: Reply bytes held in this process for clients that have not taken them, and
-        #: the connections holding them, oldest first (max_unsent_reply_bytes).
-        self.unsent_bytes = 0
+        #: The connections holding reply bytes (``unsent_bytes``), oldest first.
         self._writers: dict[Connection, None] = {}
 
     def run(self) -> None:  # noqa: C901 - the hot path is kept in one frame on purpose
@@ -192,8 +193,12 @@ class Selector(Lifetime):
         """Book the outcomes workers queued: release frames, move connections on."""
         state = self._state
         stopping = self.stop_requested
+        booked = 0
         for _ in range(min(len(done), _MAX_COMPLETIONS_PER_PASS)):
             conn, unsent, status, replied = done.popleft()
+            conn.share.busy -= 1
+            if unsent and unsent is not WRITE_FAILED:
+                booked += held_size(unsent)
             state.requests_completed += 1
             if status >= _FAILED:
                 state.requests_failed += 1
@@ -222,6 +227,10 @@ class Selector(Lifetime):
                 self._hold_output(conn, unsent, now)
             else:
                 self._reply_sent(conn, now, batch)
+        if booked:
+            # After _hold_output has counted (or refused) them: a waiting worker then
+            # sees the held total, not a moment with the bytes counted nowhere.
+            self.booked_unsent(booked)
 
     # ----------------------------------------------------------------- events
 
@@ -354,16 +363,21 @@ class Selector(Lifetime):
         pool = self.pool
         tasks = batch[:]
         batch.clear()  # overload replies may complete pipelined frames: next pass's batch
-        room = pool.room()
-        state = self._state
-        if len(tasks) <= room:
-            state.requests_submitted += len(tasks)
-            pool.submit_many(tasks, wake=False)   # woken by the next poll
-            return
-        if room > 0:
-            state.requests_submitted += room
-            pool.submit_many(tasks[:room], wake=False)
-        for conn, frame in tasks[max(room, 0):]:
+        room = max(pool.room(), 0)
+        over = tasks[room:] if len(tasks) > room else ()
+        if over:
+            del tasks[room:]
+        if tasks:
+            # Addresses with few requests in the pool go ahead of busy ones (peers.py).
+            ahead = []
+            behind = []
+            for task in tasks:
+                share = task[0].share
+                (ahead if share.busy < _FAIR_SHARE else behind).append(task)
+                share.busy += 1
+            self._state.requests_submitted += len(tasks)
+            pool.submit_many(behind, wake=False, ahead=ahead)   # woken by the next poll
+        for conn, frame in over:
             self._overloaded(conn, frame, now, batch)
 
     def _overloaded(self, conn: Connection, frame: Any, now: float,
@@ -405,10 +419,7 @@ class Selector(Lifetime):
         past the cap, close the connections that have held theirs longest."""
         conn.out = unsent
         conn.write_started = now
-        # What is held is the whole of each buffer the unsent views point into.
-        size = 0
-        for buf in unsent:
-            size += memoryview(buf.obj).nbytes if isinstance(buf, memoryview) else len(buf)
+        size = held_size(unsent)
         conn.out_size = size
         self.unsent_bytes += size
         self._writers[conn] = None
@@ -556,12 +567,12 @@ class Selector(Lifetime):
             conn.linger_until = 0.0
         self._set_interest(conn, None)
         if self._conns.pop(conn.fd, None) is not None:
-            host = conn.host
-            count = self.per_peer.get(host, 0) - 1
-            if count > 0:
-                self.per_peer[host] = count
-            else:
-                self.per_peer.pop(host, None)
+            share = conn.share
+            share.connections -= 1
+            if share.connections <= 0:
+                # A request still in the pool decrements the orphaned counts; a new
+                # connection from this address starts afresh.
+                self.per_peer.pop(conn.host, None)
         conn.close()
         self._drop_output(conn)
         sock = conn.sock

@@ -37,7 +37,7 @@ class Server:
         self._port = port
         self._listener: socket.socket | None = None
         self._state = ServerState()
-        self._budget = MemoryBudget(options.max_read_buffer_bytes)
+        self._budget = MemoryBudget(options.max_read_buffer_bytes, options.peer_read_share)
         #: The selector (and through it the workers and their way back), made on bind.
         self._selector: Selector | None = None
         self._thread: threading.Thread | None = None
@@ -66,7 +66,8 @@ class Server:
                      max_frame_size=self.options.max_frame_size,
                      max_read_buffer_bytes=self.options.max_read_buffer_bytes,
                      max_connections=self.options.max_connections,
-                     max_connections_per_peer=self.options.per_peer_limit)
+                     max_connections_per_peer=self.options.per_peer_limit,
+                     max_read_buffer_bytes_per_peer=self.options.peer_read_share)
             return self.address
 
     def start(self) -> tuple[str, int]:

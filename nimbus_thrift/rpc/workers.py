@@ -1,4 +1,4 @@
-"""A fixed pool of worker threads with a bounded queue.
+"""A fixed pool of worker threads with a bounded queue, in two lanes.
 
 Theory of operation
 -------------------
@@ -21,6 +21,12 @@ The selector may defer the wake-up (``submit_many(..., wake=False)`` then
 :meth:`claim_wake`) and write the eventfd itself right after it releases the GIL to wait
 in epoll: woken earlier, the worker would be scheduled only to block on the GIL the
 selector still holds, two context switches for nothing.
+
+The queue has two lanes: workers take from ``ahead`` before ``tasks``. The owner
+decides which lane a task joins (the selector: a client address with few requests in
+the pool goes ahead of one with many, so one client queueing a thousand requests
+delays the others by a handful, not by a thousand). Both lanes count against
+``queue_size``.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ class WorkerPool:
         self._seen_started = 0                  # ... at the last stall check
         self._seen_at = 0.0                     # when the count last moved
         self._tasks: deque[Task] = deque()
+        self._ahead: deque[Task] = deque()      # taken first (see the module docstring)
         self._mutex = threading.Lock()
         self._idle: list[int] = []             # parked workers' eventfds, LIFO (warm caches)
         self._waking = 0                        # woken but not yet running a task
@@ -70,7 +77,7 @@ class WorkerPool:
     @property
     def depth(self) -> int:
         """Tasks queued and not yet taken by a worker."""
-        return len(self._tasks)
+        return len(self._tasks) + len(self._ahead)
 
     @property
     def sleeping(self) -> int:
@@ -79,12 +86,14 @@ class WorkerPool:
 
     def room(self) -> int:
         """How many more tasks the queue accepts now."""
-        return self.queue_size - len(self._tasks)
+        return self.queue_size - len(self._tasks) - len(self._ahead)
 
-    def submit_many(self, tasks: Iterable[Task], wake: bool = True) -> None:
-        """Queue tasks (the caller checked :meth:`room`) and wake one worker if needed.
-        With ``wake=False`` the caller must call :meth:`claim_wake` soon and write the
-        descriptor it returns."""
+    def submit_many(self, tasks: Iterable[Task], wake: bool = True,
+                    ahead: Iterable[Task] = ()) -> None:
+        """Queue ``tasks``, and ``ahead`` in the lane taken first (the caller checked
+        :meth:`room`), and wake one worker if needed. With ``wake=False`` the caller
+        must call :meth:`claim_wake` soon and write the descriptor it returns."""
+        self._ahead.extend(ahead)
         self._tasks.extend(tasks)
         if wake:
             self._wake_one()
@@ -96,7 +105,7 @@ class WorkerPool:
         # The selector asks every pass: skip the mutex when nothing is queued or nobody
         # sleeps. No wake-up is lost: a worker looks at the queue again, under the mutex,
         # before it parks.
-        if not self._tasks or not self._idle:
+        if not (self._tasks or self._ahead) or not self._idle:
             return -1
         if self.watched and len(self._idle) < self.size:
             # A worker is awake and will take the queue, unless a handler holds it up.
@@ -108,7 +117,7 @@ class WorkerPool:
                 return -1
             self._seen_at = now
         with self._mutex:
-            if self._waking or not self._idle or not self._tasks:
+            if self._waking or not self._idle or not (self._tasks or self._ahead):
                 return -1
             self._waking += 1
             return self._idle.pop()
@@ -121,25 +130,26 @@ class WorkerPool:
     def _loop(self) -> None:
         me = os.eventfd(0, os.EFD_CLOEXEC)
         tasks = self._tasks
+        ahead = self._ahead
         try:
             while True:
                 try:
-                    task = tasks.popleft()
+                    task = ahead.popleft() if ahead else tasks.popleft()
                 except IndexError:
                     with self._mutex:
                         if self._stopping:
                             return
-                        if tasks:
+                        if tasks or ahead:
                             continue
                         self._idle.append(me)
                     os.eventfd_read(me)     # sleep until a wake-up or stop writes it
                     with self._mutex:
                         self._waking -= 1
-                        if self._stopping and not tasks:
+                        if self._stopping and not (tasks or ahead):
                             return
                     continue
                 self._started += 1
-                if tasks and self._idle and not self.watched:
+                if (tasks or ahead) and self._idle and not self.watched:
                     self._wake_one()
                 try:
                     self._run(task)
@@ -151,11 +161,13 @@ class WorkerPool:
     def discard_queued(self) -> list[Task]:
         """Take every task no worker has started (at stop, past the grace period)."""
         taken = []
-        while True:
-            try:
-                taken.append(self._tasks.popleft())
-            except IndexError:
-                return taken
+        for lane in (self._ahead, self._tasks):
+            while True:
+                try:
+                    taken.append(lane.popleft())
+                except IndexError:
+                    break
+        return taken
 
     def stop(self, timeout: float | None = None) -> int:
         """Let queued tasks run, then end the threads; wait up to ``timeout`` seconds.

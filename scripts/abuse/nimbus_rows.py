@@ -1,10 +1,10 @@
 """Issue 13's table, replayed against a real daemon: the rows a hostile or careless
-Nimbus client can do with cheap requests (the server-level rows 3-5 have their own
+Nimbus client can do with cheap requests (rows 3-5 also have their own
 scripts beside this one). For each row: what the attacker (from 127.0.0.2) got, how a
 well-behaved client on 127.0.0.1 fared meanwhile, and the daemon's memory.
 
 Usage:
-    .venv/bin/python scripts/abuse/nimbus_rows.py [--rows 1,2,6,7,8,9,10,11,12,13]
+    .venv/bin/python scripts/abuse/nimbus_rows.py [--rows 1,2,3,5,6,7,8,9,10,11,12,13]
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import argparse
 import io
 import os
 import stat
+import struct
 import sys
 import tempfile
 import threading
@@ -21,6 +22,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
+from abuse_common import tcp_mem_mib
 from harness import ATTACKER, Daemon, Probe, Raw, outcome
 
 from nimbus_thrift.idl import nimbus_idl
@@ -145,6 +147,64 @@ def row6(d: Daemon) -> list[str]:
             f"beginFileDownload of an unknown file: {downloads[0]}", probe.summary()]
 
 
+def row3(d: Daemon, connections: int = 260, size: int = 1_000_000) -> list[str]:
+    """Connections each declare a frame of ``size`` bytes and send all of it but the
+    last byte: every byte they send is real, so it is charged (not just declared)."""
+    rss = d.rss_mib()
+    attackers, refused = [], 0
+    header = struct.pack("!i", size)
+    with Probe(d) as probe:
+        for _ in range(connections):
+            try:
+                attacker = Raw(d, timeout=5)
+                attacker.sock.sendall(header + b"\0" * (size - 1))
+                attackers.append(attacker)
+            except OSError:
+                refused += 1
+        time.sleep(10)
+        growth = d.rss_mib("VmHWM") - rss
+    for attacker in attackers:
+        attacker.close()
+    return [f"{len(attackers)} connections sent {size - 1:,} of a {size:,}-byte frame; "
+            f"{refused} could not",
+            f"daemon RSS {rss:.0f} -> peak {d.rss_mib('VmHWM'):.0f} MiB "
+            f"[{'ok' if growth < 100 else 'MISSED'}: < 100 MiB growth]", probe.summary()]
+
+
+def row5(d: Daemon, connections: int = 1000) -> list[str]:
+    """Many connections each ask for a ~1 MB reply (a topology's 900 KB conf) with a
+    small request, and never read it."""
+    conf = '{"pad": "' + "x" * 900_000 + '"}'
+    with d.client() as client:
+        location = upload(client, code_zip())
+        client.submitTopology("bigconf", location, conf, topology(["app.parts.Source"]))
+        tid = client.getClusterInfo().topologies[0].id
+    rss, tcp_before = d.rss_mib(), tcp_mem_mib()
+    peak_tcp, attackers, refused = tcp_before, [], 0
+    with Probe(d) as probe:
+        for _ in range(connections):
+            try:
+                attacker = Raw(d)
+                attacker.send("getTopologyConf", tid)
+                attackers.append(attacker)
+            except OSError:
+                refused += 1
+            if len(attackers) % 50 == 0:
+                peak_tcp = max(peak_tcp, tcp_mem_mib())
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            peak_tcp = max(peak_tcp, tcp_mem_mib())
+            time.sleep(0.5)
+    growth = d.rss_mib("VmHWM") - rss
+    for attacker in attackers:
+        attacker.close()
+    return [f"{len(attackers)} connections sent getTopologyConf (900 KB reply) and read "
+            f"nothing; {refused} refused",
+            f"daemon RSS {rss:.0f} -> peak {d.rss_mib('VmHWM'):.0f} MiB "
+            f"[{'ok' if growth < 100 else 'MISSED'}: < 100 MiB growth]; machine's TCP "
+            f"memory {tcp_before:.0f} -> peak {peak_tcp:.0f} MiB", probe.summary()]
+
+
 def row7(d: Daemon) -> list[str]:
     rss = d.rss_mib()
     empty = [N.JavaObjectArg() for _ in range(1_000_000)]
@@ -221,7 +281,7 @@ def row13(d: Daemon) -> list[str]:
 
 
 ROWS: dict[str, tuple[Callable[[Daemon], list[str]], dict[str, Any]]] = {
-    "1": (row1, {}), "2": (row2, {}), "6": (row6, {}), "7": (row7, {}),
+    "1": (row1, {}), "2": (row2, {}), "3": (row3, {}), "5": (row5, {}), "6": (row6, {}), "7": (row7, {}),
     "8": (row8, {}),
     # The Spark launcher for its memory admission; nothing it admits here starts
     # (spark-submit is /bin/true).

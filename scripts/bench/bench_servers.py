@@ -692,7 +692,7 @@ def render_report(results: list[ServerResult], scenarios: list[Scenario], cfg: R
         + (f"server on core {SERVER_CORE}, loadgen on core {LOADGEN_CORE}" if cfg.pin else "NOT pinned (fewer than 2 cores)")
         + "; 16-byte payload unless stated; MB = 10^6 bytes; ! = errors (listed below)",
         "Allocator: every server runs with "
-        + (" ".join(f"{k}={v}" for k, v in ALLOCATOR_ENV.items()) + " (the daemon's settings)"
+        + (" ".join(f"{k}={v}" for k, v in ALLOCATOR_ENV.items()) + " (the demo server's settings)"
            if cfg.tuned_malloc else "glibc's default settings (--untuned-malloc)"),
         "",
         render_table(results, scenarios),

@@ -270,7 +270,9 @@ def test_parked_frames_do_not_spin_and_are_admitted_in_arrival_order(demo):
     handler = GatedEcho()
     budget = 100_000
     with serve(demo, handler, max_read_buffer_bytes=budget) as server:
-        a, b, c = (connect(server.address) for _ in range(3))
+        # Three addresses: one address's frames may not declare more than the budget
+        # between them (max_read_buffer_bytes_per_peer), and A's and B's would.
+        a, b, c = (connect(server.address, source=f"127.0.0.{i}") for i in (1, 3, 4))
         try:
             a.sendall(call(demo.Echo, "echo_binary", data=b"block" + b"a" * 60_000))
             assert handler.entered.acquire(timeout=5)
@@ -339,7 +341,7 @@ class TestEveryPathReleasesMemory:
     def test_parked_client_gone(self, demo):
         handler = GatedEcho()
         with serve(demo, handler, max_read_buffer_bytes=50_000) as server:
-            a, b = connect(server.address), connect(server.address)
+            a, b = connect(server.address), connect(server.address, source="127.0.0.3")
             a.sendall(call(demo.Echo, "echo_binary", data=b"block" + b"a" * 40_000))
             assert handler.entered.acquire(timeout=5)
             # More than the 10 KB free arrives, so B's buffer must grow: it parks.

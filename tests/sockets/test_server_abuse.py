@@ -12,6 +12,7 @@ import time
 
 from nimbus_thrift.rpc.connection import GROWTH_MIN
 from nimbus_thrift.rpc.errors import AppErrorCode
+from nimbus_thrift.rpc.peers import FAIR_SHARE
 
 from support.rawthrift import (ATTACKER, EXCEPTION, call, closed_by_peer, connect, decode,
                                read_frame, recv_exact, roundtrip, wait_closed, wait_for)
@@ -41,13 +42,15 @@ def test_declared_frames_are_charged_as_bytes_arrive(demo):
     """Row 3: connections that declare 1,000,000-byte frames and send a byte (or
     nothing) hold one growth step (or nothing), not their declared size; with the old
     up-front reservation these 20 would have needed 20 MB of a 2 MB budget, parked, and
-    the well-behaved client's frame with them."""
+    the well-behaved client's frame with them. (Each attacker has an address of its
+    own: from one address, max_read_buffer_bytes_per_peer refuses the second
+    declaration; see test_one_address_cannot_declare_more_than_its_share.)"""
     budget = 2_000_000
     with serve(demo, max_read_buffer_bytes=budget, max_frame_size=1_000_000) as server, \
             connect(server.address) as good:
         served(demo, good)
-        droppers = [connect(server.address, source=ATTACKER) for _ in range(20)]
-        silent = [connect(server.address, source=ATTACKER) for _ in range(20)]
+        droppers = [connect(server.address, source=f"127.0.1.{i}") for i in range(1, 21)]
+        silent = [connect(server.address, source=f"127.0.2.{i}") for i in range(1, 21)]
         try:
             for sock in droppers:
                 sock.sendall(struct.pack(">i", 1_000_000) + b"\x80")
@@ -182,6 +185,81 @@ def test_one_address_cannot_take_every_slot(demo, logs):
         for sock in mine[1:]:
             sock.close()
         wait_for(lambda: server.metrics().connections_open == 0, what="all closed")
+
+
+
+def test_one_address_cannot_declare_more_than_its_share(demo, logs):
+    """Frames sent all but their last byte hold everything they sent. From one address
+    they may declare max_read_buffer_bytes_per_peer in all; the frame past it is refused
+    at its length (PROTOCOL_ERROR naming the limit), so the rest of the budget stays
+    for other clients, and the share comes back when the address's frames end."""
+    with serve(demo, max_read_buffer_bytes=1_000_000, max_read_buffer_bytes_per_peer=250_000,
+               max_frame_size=200_000, write_timeout=5) as server, \
+            connect(server.address) as good:
+        whole = call(demo.Echo, "echo_binary", seqid=9, data=b"a" * 150_000)
+        first = connect(server.address, source=ATTACKER)
+        second = connect(server.address, source=ATTACKER)
+        try:
+            first.sendall(whole[:-1])
+            wait_for(lambda: server.metrics().bytes_reserved >= 150_000,
+                     what="the first frame held")
+            second.sendall(whole[:-1])
+            reply = decode(read_frame(second))
+            assert (reply.type, reply.name, reply.seqid) == (EXCEPTION, "echo_binary", 9)
+            assert reply.body.type == AppErrorCode.PROTOCOL_ERROR
+            assert "max_read_buffer_bytes_per_peer" in reply.body.message
+            assert f"already declare {len(whole) - 4} bytes" in reply.body.message
+            assert wait_closed(second) == b""
+            # Another address is not affected: a frame as large goes through at once.
+            reply = roundtrip(good, call(demo.Echo, "echo_binary", data=b"g" * 150_000),
+                              demo.Echo)
+            assert reply.body.success == b"g" * 150_000
+            assert server.metrics().frames_refused == 1
+        finally:
+            first.close()
+            second.close()
+        wait_for(lambda: server.metrics().connections_open == 1, what="attackers gone")
+        # The address's share is back: the same frame is now served.
+        with connect(server.address, source=ATTACKER) as again:
+            assert roundtrip(again, whole, demo.Echo).body.success == b"a" * 150_000
+    refused = events(logs, "frame_refused")
+    assert refused and refused[0]["peer"].startswith(ATTACKER), refused
+
+
+# ----------------------------------------------------------------------- fair queue
+
+
+def test_an_address_with_a_backlog_does_not_delay_others_behind_it(demo):
+    """One worker, held; an attacker queues 20 requests on 20 connections, then the
+    well-behaved client sends one. Requests of an address with few in the pool go
+    ahead of a busy address's backlog: the good call runs after at most FAIR_SHARE of
+    the attacker's, not after all 20."""
+    handler = GatedEcho()
+    with serve(demo, handler, worker_threads=1) as server, connect(server.address) as good:
+        hog = connect(server.address, source=ATTACKER)
+        flood = [connect(server.address, source=ATTACKER) for _ in range(20)]
+        try:
+            hog.sendall(call(demo.Echo, "echo_binary", data=b"block"))
+            assert handler.entered.acquire(timeout=5)
+            for i, sock in enumerate(flood):
+                sock.sendall(call(demo.Echo, "echo_binary", data=b"atk-%04d" % i))
+            wait_for(lambda: server.metrics().queue_depth == 20, what="flood queued")
+            good.sendall(call(demo.Echo, "echo_binary", data=b"goodcall"))
+            wait_for(lambda: server.metrics().queue_depth == 21, what="good queued")
+            handler.gate.set()
+            assert decode(read_frame(good), demo.Echo, "echo_binary").body.success \
+                == b"goodcall"
+            for sock in [hog, *flood]:
+                read_frame(sock)
+        finally:
+            handler.gate.set()
+            for sock in [hog, *flood]:
+                sock.close()
+    position = handler.order.index(b"goodcall")
+    # The hog's blocked call is the address's first request in the pool; 7 more of its
+    # requests went into the lane ahead before the good one came.
+    assert position == FAIR_SHARE, handler.order
+    assert len(handler.order) == 22
 
 
 # ----------------------------------------------------------------------- row 5: writing

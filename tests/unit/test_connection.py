@@ -11,9 +11,10 @@ import pytest
 from nimbus_thrift.rpc.connection import (GROWTH_MIN, SCRATCH_SIZE, TRANSITIONS, Connection,
                                           Event, IllegalTransition, State, classify_prefix)
 from nimbus_thrift.rpc.deadlines import ParkTimeoutError, overdue, unread_check_due
-from nimbus_thrift.rpc.errors import FrameSizeError, NotThriftError
+from nimbus_thrift.rpc.errors import FrameSizeError, NotThriftError, PeerShareError
 from nimbus_thrift.rpc.memory import MemoryBudget
 from nimbus_thrift.rpc.options import ServerOptions
+from nimbus_thrift.rpc.peers import PeerShare
 from nimbus_thrift.rpc.throttle import LogThrottle
 
 
@@ -855,3 +856,54 @@ def test_log_throttle_one_line_per_key_per_interval_with_a_count() -> None:
     assert throttle.allow("a", T0 + 12) is None
     assert sorted(throttle.expire(T0 + 30)) == [("(other peers)", 1), ("a", 1)]
     assert len(throttle) == 0
+
+
+# ------------------------------------------------------------------ per-address share
+
+
+def test_an_address_declares_at_most_its_share_and_gets_it_back() -> None:
+    """max_read_buffer_bytes_per_peer: connections of one address share a PeerShare;
+    a frame whose length would take the address past it is refused at its length, and
+    every way a frame ends (done, closed, refused while parked) gives its length back."""
+    budget = MemoryBudget(1000, peer_share=100)
+    share = PeerShare()
+    a, b, c = (Connection(f"10.0.0.1:{i}", budget, 1000) for i in range(3))
+    for conn in (a, b, c):
+        conn.share = share
+    assert a.received(length(60) + b"x" * 10) is Event.FRAME_ADMITTED
+    assert share.declared == 60
+    assert b.received(length(50) + b"y") is Event.REFUSED
+    assert isinstance(b.refusal, PeerShareError)
+    assert isinstance(b.refusal, FrameSizeError)      # answered like one
+    assert (b.refusal.size, b.refusal.limit, b.refusal.in_use) == (50, 100, 60)
+    assert "max_read_buffer_bytes_per_peer" in str(b.refusal)
+    assert share.declared == 60 and budget.reserved == 10   # b holds nothing
+    # Whole frames in one read (the fast path) count too.
+    assert c.received(length(40) + b"z" * 40) is Event.FRAME_COMPLETE
+    assert share.declared == 100
+    c.request_done()
+    assert share.declared == 60
+    a.close()
+    assert share.declared == 0 and budget.reserved == 0
+    # A frame refused while parked gives its length back as well.
+    d = Connection("10.0.0.1:9", MemoryBudget(50, peer_share=50), 1000)
+    d.share = share
+    hog = Connection("10.0.0.2:1", d.budget, 1000)
+    assert hog.received(length(45) + b"h" * 45) is Event.FRAME_COMPLETE
+    assert d.received(length(30) + b"p" * 4) is Event.FRAME_ADMITTED
+    # Its 4-byte buffer is full; growing it does not fit beside the hog's 45: parked.
+    assert d.frame_view() is None and d.state is State.AWAITING_MEMORY
+    assert share.declared == 30
+    d.refuse_parked(ParkTimeoutError(30, 4, 1.0, 50))
+    assert share.declared == 0
+
+
+def test_peer_share_defaults_to_a_quarter_of_the_budget_but_one_frame_at_least() -> None:
+    assert ServerOptions().peer_read_share == (256 << 20) // 4
+    assert ServerOptions(max_read_buffer_bytes=1 << 20, max_frame_size=512 << 10) \
+        .peer_read_share == 512 << 10
+    assert ServerOptions(max_read_buffer_bytes=100, max_frame_size=1000).peer_read_share == 100
+    assert ServerOptions(max_read_buffer_bytes_per_peer=5000).peer_read_share == 5000
+    # Never more than the whole budget.
+    assert ServerOptions(max_read_buffer_bytes=1000, max_read_buffer_bytes_per_peer=5000) \
+        .peer_read_share == 1000

@@ -292,3 +292,51 @@ def test_watched_pool_wakes_another_worker_past_a_blocked_handler(
     assert pool.stop(timeout=WAIT) == 0
     assert run.counts[("block", release)] == 1
 
+
+
+def test_tasks_ahead_are_taken_before_those_queued_earlier():
+    """The fair lane: the selector puts a request from a lightly loaded client address
+    ahead of a busy address's backlog; a worker takes it first."""
+    release = threading.Event()
+    order: list[object] = []
+    ran = threading.Event()
+
+    def run(task: Task) -> None:
+        if task[0] == "block":
+            release.wait(WAIT)
+            return
+        order.append(task[0])
+        if len(order) == 4:
+            ran.set()
+
+    pool = WorkerPool(1, 100, run)
+    try:
+        pool.submit_many([("block",)])
+        wait_until = time.monotonic() + WAIT
+        while pool.depth and time.monotonic() < wait_until:
+            time.sleep(0.001)       # the one worker has taken the blocking task
+        pool.submit_many([("busy-1",), ("busy-2",)])
+        pool.submit_many([("busy-3",)], ahead=[("light",)])
+        assert pool.depth == 4 and pool.room() == 96
+        release.set()
+        assert ran.wait(WAIT)
+        assert order == ["light", "busy-1", "busy-2", "busy-3"]
+    finally:
+        release.set()
+        pool.stop(WAIT)
+
+
+def test_discard_queued_takes_both_lanes():
+    release = threading.Event()
+    pool = WorkerPool(1, 10, lambda task: release.wait(WAIT))
+    try:
+        pool.submit_many([("first",)])
+        wait_until = time.monotonic() + WAIT
+        while pool.depth and time.monotonic() < wait_until:
+            time.sleep(0.001)
+        pool.submit_many([("b",)], ahead=[("a",)])
+        assert sorted(pool.discard_queued()) == [("a",), ("b",)]
+        assert pool.depth == 0
+    finally:
+        release.set()
+        pool.stop(WAIT)
