@@ -352,9 +352,9 @@ class RunConfig:
     duration: float
     warmup: float
     pin: bool
-    #: Give every server the allocator settings nimbus-thrift's daemon uses (see
-    #: nimbus_thrift/tuning.py), so a 1 MiB comparison measures the servers, not glibc's
-    #: defaults. --untuned-malloc runs everyone with the defaults instead.
+    #: Give every server the allocator settings nimbus-thrift's demo server uses (the
+    #: "reuse" profile, see nimbus_thrift/tuning.py), so a 1 MiB comparison measures the
+    #: servers, not glibc's defaults. --untuned-malloc runs everyone with the defaults instead.
     tuned_malloc: bool = True
     #: Another checkout whose server runs as BASELINE (--baseline), or None.
     baseline: Path | None = None
@@ -827,7 +827,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"also run {STRACE_SCENARIO} under `strace -c -f` and print syscalls per call")
     parser.add_argument("--untuned-malloc", action="store_true",
                         help="run every server with glibc's default allocator settings instead "
-                             "of the ones nimbus-thrift's daemon sets (applied to all servers)")
+                             "of the ones nimbus-thrift's demo server sets (applied to all servers)")
     parser.add_argument("--baseline", type=Path, metavar="DIR",
                         help="also run our server from the checkout DIR (C modules built in "
                              f"place) as {BASELINE} and print ratios against it")

@@ -163,13 +163,13 @@ def test_concurrent_clients_in_threads(connect: ClientFactory, demo: ModuleType)
 def test_slow_calls_on_separate_connections_run_in_parallel(
     connect: ClientFactory, demo: ModuleType,
 ) -> None:
-    # 4 x sleep(300) back to back would take 1.2 s; the server has 8 worker threads, so on
-    # 4 connections they overlap. 0.9 s leaves room for a slow machine and still fails if the
-    # server runs handlers one at a time.
+    # 4 x sleep(1000) one at a time would take 4 s; the server has 8 worker threads, so on
+    # 4 connections they overlap (about 1 s). Under 3 s leaves a busy machine 2 s of
+    # slack and still fails if the server runs handlers one at a time.
     clients = [connect(demo.Echo) for _ in range(4)]
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(lambda c: c.sleep(300), clients))
+        results = list(pool.map(lambda c: c.sleep(1000), clients))
     elapsed = time.monotonic() - started
-    assert results == [300] * 4
-    assert elapsed < 0.9, f"4 concurrent sleep(300) calls took {elapsed:.2f}s"
+    assert results == [1000] * 4
+    assert elapsed < 3.0, f"4 concurrent sleep(1000) calls took {elapsed:.2f}s"

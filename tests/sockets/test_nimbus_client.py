@@ -42,7 +42,7 @@ from nimbus_thrift.rpc.calls import (
 )
 from nimbus_thrift.rpc.errors import AppErrorCode, FrameSizeError
 
-from support.rawthrift import EXCEPTION, REPLY, frame, message, read_frame
+from support.rawthrift import EXCEPTION, REPLY, frame, message, read_frame, refused_port
 
 nimbus = nimbus_idl()
 Nimbus = nimbus.Nimbus
@@ -350,12 +350,6 @@ def client_of(server: nimbus_thrift.Server, **kwargs: Any) -> NimbusClient:
     return NimbusClient(host, port, **kwargs)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_calls_return_idl_structs_positional_or_keyword(server, handler):
     with client_of(server) as client:
         assert client.getClusterInfo() == cluster_summary()
@@ -394,22 +388,23 @@ def test_handler_crash_is_a_server_error_with_code_and_message(server):
 
 
 def test_unknown_method_and_bad_arguments_send_nothing():
-    client = NimbusClient("127.0.0.1", free_port(), connect_attempts=1)
-    with pytest.raises(AttributeError):
-        client.call("getBlob")
-    with pytest.raises(TypeError, match="do not match the IDL"):
-        client.getTopologyInfo(42)
-    with pytest.raises(TypeError, match="missing argument"):
-        client.call("killTopology")
-    assert not client.connected   # refused before any connection was tried
-    client.close()
+    with refused_port() as port:
+        client = NimbusClient("127.0.0.1", port, connect_attempts=1)
+        with pytest.raises(AttributeError):
+            client.call("getBlob")
+        with pytest.raises(TypeError, match="do not match the IDL"):
+            client.getTopologyInfo(42)
+        with pytest.raises(TypeError, match="missing argument"):
+            client.call("killTopology")
+        assert not client.connected   # refused before any connection was tried
+        client.close()
 
 
 def test_connection_refused_names_the_address_and_the_attempts():
-    port = free_port()
-    client = NimbusClient("127.0.0.1", port, connect_attempts=3, backoff_initial=0.05)
-    with pytest.raises(NimbusUnavailable) as info:
-        client.getClusterInfo()
+    with refused_port() as port:
+        client = NimbusClient("127.0.0.1", port, connect_attempts=3, backoff_initial=0.05)
+        with pytest.raises(NimbusUnavailable) as info:
+            client.getClusterInfo()
     err = info.value
     assert str(err).startswith(f"no nimbus at 127.0.0.1:{port}: connection refused "
                                f"(after 3 attempts over ")

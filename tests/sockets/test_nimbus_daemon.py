@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from support.nimbus import FakeLauncher, N, make_zip, port_of, wordcount
+from support.rawthrift import refused_port
 from nimbus_thrift.cli import main
 from nimbus_thrift.client.client import NimbusClient, NimbusClientError
 from nimbus_thrift.nimbus import DaemonError, NimbusDaemon, load_config
@@ -140,12 +141,9 @@ def test_cli_invalid_rebalance_is_one_sentence(daemon: NimbusDaemon) -> None:
 
 
 def test_cli_refused_connection_is_one_sentence(tmp_path: Path) -> None:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    result = subprocess.run(CLI + ["list", "--port", str(port)], capture_output=True,
-                            text=True, timeout=60)
+    with refused_port() as port:
+        result = subprocess.run(CLI + ["list", "--port", str(port)], capture_output=True,
+                                text=True, timeout=60)
     assert result.returncode == 1
     assert result.stderr.startswith(f"Error: no nimbus at 127.0.0.1:{port}: connection refused")
     assert "Traceback" not in result.stderr and result.stdout == ""

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from support.nimbus import N, port_of
+from support.rawthrift import refused_port
 from nimbus_thrift.cli import main
 from nimbus_thrift.client.client import NimbusClient
 from nimbus_thrift.client.errors import NimbusTimeout
@@ -164,14 +165,15 @@ def test_validation_error_fails_before_any_network_traffic(tmp_path: Path) -> No
             outputs = ["line"]
         """)
     # Nothing listens on this port: any connection attempt would be NimbusUnavailable.
-    client = NimbusClient("127.0.0.1", _closed_port(), connect_attempts=1)
-    try:
-        with pytest.raises(PackageError, match="module 'outside_lib_abc' .* is not in the "
-                                               "uploaded code"):
-            client.submit_topology(path)
-    finally:
-        sys.modules.pop("outside_lib_abc", None)
-        client.close()
+    with refused_port() as port:
+        client = NimbusClient("127.0.0.1", port, connect_attempts=1)
+        try:
+            with pytest.raises(PackageError, match="module 'outside_lib_abc' .* is not in "
+                                                   "the uploaded code"):
+                client.submit_topology(path)
+        finally:
+            sys.modules.pop("outside_lib_abc", None)
+            client.close()
 
 
 def test_taken_name_fails_before_upload(none_daemon: NimbusDaemon, tmp_path: Path) -> None:
@@ -445,9 +447,9 @@ def test_cli_process_on_a_terminal_shows_a_progress_bar(none_daemon: NimbusDaemo
 
 
 def test_cli_unreachable_nimbus_is_one_sentence(tmp_path: Path) -> None:
-    port = _closed_port()
-    result = CliRunner().invoke(main, ["submit", str(wordcount(tmp_path)), "--port",
-                                       str(port)])
+    with refused_port() as port:
+        result = CliRunner().invoke(main, ["submit", str(wordcount(tmp_path)), "--port",
+                                           str(port)])
     assert result.exit_code == 1
     assert result.stderr.splitlines()[-1].startswith(
         f"Error: no nimbus at 127.0.0.1:{port}: connection refused")
@@ -460,9 +462,3 @@ def write(path: Path, text: str) -> Path:
     path.write_text(textwrap.dedent(text))
     return path
 
-
-def _closed_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -7,6 +7,8 @@ import select
 import socket
 import struct
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from thriftpy2.protocol import TBinaryProtocol
@@ -143,3 +145,13 @@ def wait_for(predicate: Any, timeout: float = 5.0, what: str = "condition") -> N
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.005)
+
+
+@contextmanager
+def refused_port(host: str = "127.0.0.1") -> Iterator[int]:
+    """A port where connecting is refused, for as long as the block runs: a socket is
+    bound to it but not listening (the kernel answers a connect with RST). Unlike picking
+    a port and closing it, no other process can start listening there meanwhile."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        yield sock.getsockname()[1]
