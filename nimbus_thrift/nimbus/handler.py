@@ -33,7 +33,7 @@ import shutil
 import socket
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Iterator, ParamSpec, TypeVar
@@ -235,47 +235,54 @@ class NimbusHandler(NimbusQueries):
         self._check_name_free(name)          # early, before the costly code check
         upload = self._upload_at(uploadedJarLocation)
         plan = self._check_code(topology, conf, upload.id)
-        with self._names_lock:
-            self._check_name_free(name)
-            if self._upload_at(uploadedJarLocation).id != upload.id:
-                raise InvalidTopology("the uploaded code changed during the submit")
-            # Under the name table's lock: two submits cannot both take the last room.
-            check_admission(memory, self._kept_confs(), self.launcher.memory_request,
-                            max_topologies=self.config.max_topologies,
-                            budget=self._memory_budget)
-            with self.store.transaction():
-                now = self.clock()
-                topology_id = f"{name}-{self.store.next_counter()}-{int(now)}"
-                full_conf = {**plan.conf,
-                             "topology.name": name,
-                             "storm.id": topology_id,
-                             "nimbus-thrift.code.location": upload.location,
-                             "nimbus-thrift.code.sha256": upload.sha256}
-                rec = TopologyRecord(
-                    id=topology_id, name=name, status=status.value, prev_status=None,
-                    owner=str(conf.get("topology.submitter.user") or ""),
-                    submitted_at=now, num_workers=plan.num_workers,
-                    executors=plan.executors, tasks=plan.tasks, conf=full_conf,
-                    topology=serialize(topology, self._protocol),
-                    code_upload=upload.id, code_sha256=upload.sha256 or "",
-                    code_bytes=upload.bytes)
-                # The directory first: a row always has one (a crash before the commit
-                # leaves only a directory, which the next start sweeps).
-                work_dir = self._make_work_dir(topology_id)
-                try:
-                    self.store.insert_topology(rec)
-                except BaseException:
-                    shutil.rmtree(work_dir, ignore_errors=True)
-                    raise
-        log.info("topology_submitted", topology=topology_id, status=status.value,
-                 components=len(plan.components), executors=sum(plan.executors.values()),
-                 code_sha256=upload.sha256)
-        # The plan of the record: its conf is the one stored (the submitted one with
-        # the name, id and code location), as when it is made from the record.
-        spec = self._spec(rec, dataclasses.replace(plan, conf=full_conf))
-        self._in_background(topology_id, "launch", self._launcher_call, topology_id,
-                            self.launcher.launch, spec
-                            ).wait(self.config.launcher_reply_wait_secs)
+        with ExitStack() as held:
+            with self._names_lock:
+                self._check_name_free(name)
+                if self._upload_at(uploadedJarLocation).id != upload.id:
+                    raise InvalidTopology("the uploaded code changed during the submit")
+                # Under the name table's lock: two submits cannot both take the last room.
+                check_admission(memory, self._kept_confs(), self.launcher.memory_request,
+                                max_topologies=self.config.max_topologies,
+                                budget=self._memory_budget)
+                with self.store.transaction():
+                    now = self.clock()
+                    topology_id = f"{name}-{self.store.next_counter()}-{int(now)}"
+                    # The new topology's lock, from before its row is visible until its
+                    # launch is queued: a kill that comes at once queues its launcher
+                    # calls after the launch, never before it (the launcher would start
+                    # a job for a topology already stopped). Nobody else can hold an id
+                    # not yet committed, so taking it here cannot wait.
+                    held.enter_context(self._locks.hold(topology_id))
+                    full_conf = {**plan.conf,
+                                 "topology.name": name,
+                                 "storm.id": topology_id,
+                                 "nimbus-thrift.code.location": upload.location,
+                                 "nimbus-thrift.code.sha256": upload.sha256}
+                    rec = TopologyRecord(
+                        id=topology_id, name=name, status=status.value, prev_status=None,
+                        owner=str(conf.get("topology.submitter.user") or ""),
+                        submitted_at=now, num_workers=plan.num_workers,
+                        executors=plan.executors, tasks=plan.tasks, conf=full_conf,
+                        topology=serialize(topology, self._protocol),
+                        code_upload=upload.id, code_sha256=upload.sha256 or "",
+                        code_bytes=upload.bytes)
+                    # The directory first: a row always has one (a crash before the
+                    # commit leaves only a directory, which the next start sweeps).
+                    work_dir = self._make_work_dir(topology_id)
+                    try:
+                        self.store.insert_topology(rec)
+                    except BaseException:
+                        shutil.rmtree(work_dir, ignore_errors=True)
+                        raise
+            log.info("topology_submitted", topology=topology_id, status=status.value,
+                     components=len(plan.components), executors=sum(plan.executors.values()),
+                     code_sha256=upload.sha256)
+            # The plan of the record: its conf is the one stored (the submitted one with
+            # the name, id and code location), as when it is made from the record.
+            spec = self._spec(rec, dataclasses.replace(plan, conf=full_conf))
+            job = self._in_background(topology_id, "launch", self._launcher_call,
+                                      topology_id, self.launcher.launch, spec)
+        job.wait(self.config.launcher_reply_wait_secs)
 
     def _kept_confs(self) -> Iterator[dict[str, Any]]:
         for topology_id in self.store.topology_ids():

@@ -142,6 +142,42 @@ def test_launcher_calls_of_one_topology_keep_their_order(tmp_path: Path) -> None
         env.close()
 
 
+def test_a_kill_right_after_the_commit_queues_behind_the_launch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The narrow window between a submit's commit and its queued launch: a kill that
+    comes in it (wait_secs 0, removal due at once) must reach the launcher after the
+    launch. Before, its pause and stop could be queued first, and the launch then
+    started a job for a topology already removed."""
+    env = Env(tmp_path / "data", launcher_reply_wait_secs=0.1)
+    killer: list[threading.Thread] = []
+    real_spec = env.handler._spec
+
+    def spec_with_a_kill_in_between(rec: Any, plan: Any) -> Any:
+        # Called after the row is committed, before the launch is queued.
+        def kill() -> None:
+            env.handler.killTopologyWithOpts(rec.name, N.KillOptions(wait_secs=0))
+            env.handler.timers.run_due()
+        thread = threading.Thread(target=kill)
+        thread.start()
+        killer.append(thread)
+        thread.join(0.5)            # with the bug, the kill is done by now
+        return real_spec(rec, plan)
+
+    monkeypatch.setattr(env.handler, "_spec", spec_with_a_kill_in_between)
+    try:
+        location = upload(env.handler, make_zip())
+        env.handler.submitTopology("a", location, "{}", wordcount())
+        killer[0].join(PROMPT)
+        assert not killer[0].is_alive()
+        assert env.handler.background.wait_idle(PROMPT)
+        ids = {t for _, t in env.launcher.calls}
+        assert len(ids) == 1
+        assert env.launcher.methods(ids.pop()) == ["launch", "pause", "stop"]
+        assert env.names() == []
+    finally:
+        env.close()
+
+
 def test_blocked_rebalance_does_not_block_other_topologies(tmp_path: Path) -> None:
     launcher = BlockingLauncher("rebalance")
     env = Env(tmp_path / "data", launcher)
