@@ -21,8 +21,9 @@ Call a nimbus daemon (idl/nimbus.thrift)::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .lazy import lazy_exports
 
 #: The package's names and the module each comes from, imported on first use: every
 #: process that imports a submodule imports this package first, and a topology's Spark
@@ -50,14 +51,4 @@ __all__ = ["BadReply", "ConnectionLost", "FrameRefused", "MetricsSnapshot", "Nim
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

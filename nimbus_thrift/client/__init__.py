@@ -10,8 +10,9 @@ Modules, each importing only those listed before it: ``defaults`` (plain constan
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
 
 #: The package's names and the module each comes from, imported on first use: the CLI
 #: imports nimbus_thrift.client.defaults at start-up (and so this package), which must
@@ -32,14 +33,4 @@ __all__ = ["BadReply", "ConnectionLost", "DownloadTooLarge", "FrameRefused", "Ni
            "NimbusClientError", "NimbusTimeout", "NimbusUnavailable", "ServerError"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -207,8 +207,8 @@ _LIMITS = {  # field -> (lowest allowed, inclusive)
     "min_free_disk_bytes": 0,
     "max_components": 1, "max_code_parse_bytes": 1, "max_code_parse_total_bytes": 1,
     "max_topologies": 1, "spark_memory_budget": 0,
-    "min_frame_rate": 1, "max_connections_per_peer": 0, "max_read_buffer_bytes_per_peer": 0, "max_unsent_reply_bytes": 1,
-    "send_buffer_size": 0, "decoded_size_factor": 1,
+    "min_frame_rate": 1, "max_connections_per_peer": 0, "max_read_buffer_bytes_per_peer": 0,
+    "max_unsent_reply_bytes": 1, "send_buffer_size": 0, "decoded_size_factor": 1,
 }
 #: Words a boolean setting may be spelled with in YAML strings and the environment.
 _BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,

@@ -369,8 +369,8 @@ class Selector(Lifetime):
             del tasks[room:]
         if tasks:
             # Addresses with few requests in the pool go ahead of busy ones (peers.py).
-            ahead = []
-            behind = []
+            ahead: list[tuple[Connection, Any]] = []
+            behind: list[tuple[Connection, Any]] = []
             for task in tasks:
                 share = task[0].share
                 (ahead if share.busy < _FAIR_SHARE else behind).append(task)

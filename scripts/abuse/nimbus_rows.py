@@ -281,8 +281,8 @@ def row13(d: Daemon) -> list[str]:
 
 
 ROWS: dict[str, tuple[Callable[[Daemon], list[str]], dict[str, Any]]] = {
-    "1": (row1, {}), "2": (row2, {}), "3": (row3, {}), "5": (row5, {}), "6": (row6, {}), "7": (row7, {}),
-    "8": (row8, {}),
+    "1": (row1, {}), "2": (row2, {}), "3": (row3, {}), "5": (row5, {}), "6": (row6, {}),
+    "7": (row7, {}), "8": (row8, {}),
     # The Spark launcher for its memory admission; nothing it admits here starts
     # (spark-submit is /bin/true).
     "9": (row9, {"launcher": "spark", "spark_submit": "/bin/true"}),
