@@ -36,18 +36,21 @@ _EXPORTS = {
     "OptionError": "rpc.options", "ServerOptions": "rpc.options",
     "Server": "rpc.server", "make_server": "rpc.server",
     "MetricsSnapshot": "rpc.metrics",
+    "RequestInfo": "rpc.context", "current_request": "rpc.context",
 }
 
 if TYPE_CHECKING:
     from .client import (BadReply, ConnectionLost, FrameRefused, NimbusClient,
                          NimbusClientError, NimbusTimeout, NimbusUnavailable, ServerError)
+    from .rpc.context import RequestInfo, current_request
     from .rpc.metrics import MetricsSnapshot
     from .rpc.options import OptionError, ServerOptions
     from .rpc.server import Server, make_server
 
 __all__ = ["BadReply", "ConnectionLost", "FrameRefused", "MetricsSnapshot", "NimbusClient",
-           "NimbusClientError", "NimbusTimeout", "NimbusUnavailable", "OptionError", "Server",
-           "ServerError", "ServerOptions", "make_server"]
+           "NimbusClientError", "NimbusTimeout", "NimbusUnavailable", "OptionError",
+           "RequestInfo", "Server", "ServerError", "ServerOptions", "current_request",
+           "make_server"]
 __version__ = "0.1.0"
 
 

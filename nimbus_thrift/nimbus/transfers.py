@@ -81,7 +81,10 @@ class TransferLimits:
 
 def peer_address(peer: str) -> str:
     """The address part of the server's peer name: ``127.0.0.2:5123`` -> ``127.0.0.2``,
-    ``[::1]:5123`` -> ``::1``; anything else (``unix``) as it is."""
+    ``[::1]:5123`` -> ``::1``, ``unix:alice (pid 42)`` -> ``unix:alice``; anything else
+    as it is."""
+    if peer.startswith("unix:"):
+        return peer.split(" ", 1)[0]
     if peer.startswith("[") and "]" in peer:
         return peer[1:peer.index("]")]
     if peer.count(":") == 1:

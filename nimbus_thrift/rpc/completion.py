@@ -74,7 +74,7 @@ class Completion:
         """
         conn, frame = task
         try:
-            reply, status = self.dispatcher.dispatch(frame, conn.peer)
+            reply, status = self.dispatcher.dispatch(frame, conn.peer, conn.principal)
         except BaseException:  # noqa: BLE001 - a bug must not strand the connection
             log.exception("dispatch_crashed", peer=conn.peer, effect="connection closed")
             reply, status = None, Status.CLOSE

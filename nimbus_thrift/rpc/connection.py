@@ -179,7 +179,7 @@ class Connection:
                  "frame_started", "fd", "sock", "io", "out", "out_size", "write_started",
                  "interest", "refusal", "refused_call", "peer_gone", "closing",
                  "linger_until", "host", "opened_at", "fresh", "parked_at",
-                 "outq_checked", "share", "declared")
+                 "outq_checked", "share", "declared", "principal")
 
     def __init__(self, peer: str, budget: MemoryBudget, max_frame_size: int,
                  now: float = 0.0) -> None:
@@ -205,6 +205,7 @@ class Connection:
         self.host = peer               # what per-peer limits count (the peer's address)
         self.share = PeerShare()       # the counts of ``host`` (the selector's, once accepted)
         self.declared = 0              # the current frame's length, as counted in ``share``
+        self.principal: str | None = None   # who the transport says the client is
         # Fields the I/O shell owns; kept here so one object describes a connection.
         self.fd = -1
         self.sock: socket.socket | None = None

@@ -31,7 +31,7 @@ import structlog
 from thriftpy2.thrift import TApplicationException
 
 from . import binary
-from .context import REQUEST
+from .context import REQUEST, RequestInfo
 from .decoded import DECODED_SIZE_FLOOR
 from .errors import (AppErrorCode, DecodeBudgetError, DecodeError, InvalidMessageTypeError,
                      RequestError, UnknownMethodError, WireError)
@@ -217,9 +217,11 @@ class Dispatcher:
 
     # ------------------------------------------------------------------ dispatch
 
-    def dispatch(self, frame: bytes | bytearray, peer: str) -> tuple[Reply | None, Status]:
-        """Process one frame's payload; return (reply frame or None, status). The
-        reply is a whole frame (see :data:`Reply`).
+    def dispatch(self, frame: bytes | bytearray, peer: str,
+                 principal: str | None = None) -> tuple[Reply | None, Status]:
+        """Process one frame's payload from ``peer`` (who is ``principal``, when the
+        transport says); return (reply frame or None, status). The reply is a whole
+        frame (see :data:`Reply`).
 
         Never raises: every failure becomes a reply, a log line, or Status.CLOSE.
         """
@@ -234,7 +236,7 @@ class Dispatcher:
                         effect="connection closed")
             return None, Status.CLOSE
         name, mtype, seqid = header.name, header.type, header.seqid
-        token = REQUEST.set((peer, name, seqid))
+        token = REQUEST.set(RequestInfo(peer, name, seqid, principal))
         try:
             return self._dispatch(frame, header, name, mtype, seqid)
         finally:

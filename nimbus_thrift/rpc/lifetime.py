@@ -29,6 +29,7 @@ from .metrics import ServerState
 from .options import ServerOptions
 from .peers import PeerShare
 from .throttle import LogThrottle
+from .unixsock import UnixListener, peer_credentials, remove_unix
 from .workers import WorkerPool
 
 log = structlog.get_logger(__name__)
@@ -51,6 +52,8 @@ class Lifetime(Completion):
     per_peer: dict[str, PeerShare]
     _state: ServerState
     _listener: socket.socket
+    _unix: UnixListener | None
+    _paused_listeners: list[socket.socket]
     _listener_paused_until: float
     _per_peer_limit: int
     _refusal_log: LogThrottle
@@ -70,6 +73,10 @@ class Lifetime(Completion):
 
     # ----------------------------------------------------------------- accept
 
+    def _listeners(self) -> list[socket.socket]:
+        """The sockets this server accepts on: TCP, and the Unix socket if any."""
+        return [self._listener] + ([self._unix.sock] if self._unix is not None else [])
+
     def _accept(self, listener: socket.socket, now: float) -> None:
         state = self._state
         opts = self.options
@@ -85,12 +92,26 @@ class Lifetime(Completion):
                     log.error("accept_failed", error=str(exc),
                               effect=f"not accepting for {_EMFILE_PAUSE}s")
                     self._ep.unregister(listener.fileno())
+                    self._paused_listeners.append(listener)
                     self._listener_paused_until = now + _EMFILE_PAUSE
                     return
                 log.warning("accept_failed", error=str(exc))
                 return
-            peer = _peer_name(addr)
-            host = addr[0] if isinstance(addr, tuple) and addr else peer
+            principal = None
+            if listener.family == socket.AF_UNIX:
+                # The kernel's word for who connected: the principal, and what the
+                # per-address limits count (each local user is one "address").
+                try:
+                    creds = peer_credentials(sock)
+                except OSError:
+                    sock.close()
+                    continue
+                principal = creds.user
+                host = f"unix:{creds.user}"
+                peer = f"{host} (pid {creds.pid})"
+            else:
+                peer = _peer_name(addr)
+                host = addr[0] if isinstance(addr, tuple) and addr else peer
             share = self.per_peer.get(host)
             count = share.connections if share is not None else 0
             if state.connections_open >= opts.max_connections:
@@ -119,6 +140,7 @@ class Lifetime(Completion):
             conn = Connection(peer, self._budget, opts.max_frame_size, now)
             conn.host = host
             conn.share = share
+            conn.principal = principal
             conn.sock = sock
             conn.fd = sock.fileno()
             # fastio's C calls take the descriptor (no fileno() call per recv and send).
@@ -147,9 +169,11 @@ class Lifetime(Completion):
     def _sweep(self, now: float) -> None:
         opts = self.options
         if self._listener_paused_until and now >= self._listener_paused_until \
-                and self._listener is not None and not self.stop_requested:
+                and not self.stop_requested:
             self._listener_paused_until = 0.0
-            self._ep.register(self._listener.fileno(), _EPOLLIN)
+            for listener in self._paused_listeners:
+                self._ep.register(listener.fileno(), _EPOLLIN)
+            self._paused_listeners.clear()
         for host, held in self._refusal_log.expire(now):
             log.warning("connection_refusals_not_logged", peer_address=host, count=held)
         budget = self._budget
@@ -198,13 +222,14 @@ class Lifetime(Completion):
 
     def _begin_drain(self) -> None:
         """Stop accepting; close connections with no request in flight."""
-        listener = self._listener
-        if listener is not None:
+        for listener in self._listeners():
             try:
                 self._ep.unregister(listener.fileno())
             except (OSError, ValueError):
                 pass
             listener.close()
+        if self._unix is not None:
+            remove_unix(self._unix)
         in_flight = 0
         for conn in list(self._conns.values()):
             if conn.state in (State.PROCESSING, State.WRITING):

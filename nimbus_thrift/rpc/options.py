@@ -134,6 +134,10 @@ class ServerOptions:
     max_connections_per_peer: int | None = None
     max_unsent_reply_bytes: int = DEFAULT_MAX_UNSENT_REPLY_BYTES
     send_buffer_size: int | None = DEFAULT_SEND_BUFFER_SIZE
+    #: Also listen on this Unix domain socket path (created with unix_socket_mode; a
+    #: stale file is replaced); its clients' principal is their OS user (SO_PEERCRED).
+    unix_socket: str | None = None
+    unix_socket_mode: int = 0o660
     #: Reject old non-strict message headers (Storm accepts both; so do we by default).
     strict_read: bool = False
     backlog: int = DEFAULT_BACKLOG
@@ -174,6 +178,13 @@ class ServerOptions:
             raise OptionError(f"decoded_size_factor must be a number of at least 1 (the "
                               f"memory a request may decode to, per byte of its frame), "
                               f"not {factor!r}.")
+        if self.unix_socket is not None and (not isinstance(self.unix_socket, str)
+                                             or not self.unix_socket):
+            raise OptionError(f"unix_socket must be a path, not {self.unix_socket!r}.")
+        mode = self.unix_socket_mode
+        if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777:
+            raise OptionError(f"unix_socket_mode must be file permission bits (e.g. 0o660), "
+                              f"not {mode!r}.")
         if not isinstance(self.strict_read, bool):
             raise OptionError(f"strict_read must be True or False, not {self.strict_read!r}.")
 

@@ -47,6 +47,7 @@ from .options import ServerOptions
 from .peers import FAIR_SHARE, PeerShare
 from .lifetime import Lifetime
 from .throttle import LogThrottle
+from .unixsock import UnixListener
 from .workers import STALL_SECS, WorkerPool
 
 log = structlog.get_logger(__name__)
@@ -82,10 +83,13 @@ class Selector(Lifetime):
     :class:`Completion` (the base of that) is the workers' way back."""
 
     def __init__(self, listener: socket.socket, dispatcher: Dispatcher,
-                 options: ServerOptions, budget: MemoryBudget, state: ServerState) -> None:
+                 options: ServerOptions, budget: MemoryBudget, state: ServerState,
+                 unix: UnixListener | None = None) -> None:
         super().__init__(dispatcher, budget, options.max_unsent_reply_bytes)
         self.options = options
         self._listener = listener
+        self._unix = unix
+        self._paused_listeners: list[socket.socket] = []
         self._state = state
         # Watched: the selector checks for stalled handlers (see workers.py).
         self.pool = WorkerPool(options.worker_threads, options.worker_queue_size,
@@ -109,6 +113,10 @@ class Selector(Lifetime):
         listen_fd = listener.fileno()
         wake_fd = wakeup.fileno()
         ep.register(listen_fd, _EPOLLIN)
+        unix_fd = -1
+        if self._unix is not None:
+            unix_fd = self._unix.sock.fileno()
+            ep.register(unix_fd, _EPOLLIN)
         ep.register(wake_fd, _EPOLLIN)
         self._conns: dict[int, Connection] = {}
         conns = self._conns
@@ -167,6 +175,8 @@ class Selector(Lifetime):
                         self._on_event(conn, mask, now, batch)
                 elif fd == listen_fd:
                     self._accept(listener, now)
+                elif fd == unix_fd and self._unix is not None:
+                    self._accept(self._unix.sock, now)
                 elif fd == wake_fd:
                     wakeup.drain()
 

@@ -22,6 +22,7 @@ from .memory import MemoryBudget
 from .metrics import MetricsSnapshot, ServerState
 from .options import OptionError, ServerOptions
 from .selector import Selector
+from .unixsock import bind_unix
 
 log = structlog.get_logger(__name__)
 
@@ -56,9 +57,17 @@ class Server:
                                             backlog=self.options.backlog,
                                             reuse_port=False)
             listener.setblocking(False)
+            unix = None
+            if self.options.unix_socket:
+                try:
+                    unix = bind_unix(self.options.unix_socket, self.options.unix_socket_mode,
+                                     self.options.backlog)
+                except BaseException:
+                    listener.close()
+                    raise
             self._listener = listener
             self._selector = Selector(listener, self.dispatcher, self.options,
-                                      self._budget, self._state)
+                                      self._budget, self._state, unix)
             addr = listener.getsockname()
             self.address = (addr[0], addr[1])
             log.info("listening", host=addr[0], port=addr[1],
@@ -67,7 +76,8 @@ class Server:
                      max_read_buffer_bytes=self.options.max_read_buffer_bytes,
                      max_connections=self.options.max_connections,
                      max_connections_per_peer=self.options.per_peer_limit,
-                     max_read_buffer_bytes_per_peer=self.options.peer_read_share)
+                     max_read_buffer_bytes_per_peer=self.options.peer_read_share,
+                     unix_socket=self.options.unix_socket)
             return self.address
 
     def start(self) -> tuple[str, int]:
