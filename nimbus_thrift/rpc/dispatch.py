@@ -31,7 +31,7 @@ import structlog
 from thriftpy2.thrift import TApplicationException
 
 from . import binary
-from .context import REQUEST, RequestInfo
+from .context import REQUEST
 from .decoded import DECODED_SIZE_FLOOR
 from .errors import (AppErrorCode, DecodeBudgetError, DecodeError, InvalidMessageTypeError,
                      RequestError, UnknownMethodError, WireError)
@@ -236,7 +236,7 @@ class Dispatcher:
                         effect="connection closed")
             return None, Status.CLOSE
         name, mtype, seqid = header.name, header.type, header.seqid
-        token = REQUEST.set(RequestInfo(peer, name, seqid, principal))
+        token = REQUEST.set((peer, name, seqid, principal))
         try:
             return self._dispatch(frame, header, name, mtype, seqid)
         finally:

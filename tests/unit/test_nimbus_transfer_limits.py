@@ -20,7 +20,7 @@ from nimbus_thrift.nimbus.ratelog import RateLimitedLog
 from nimbus_thrift.nimbus.store import Store, TopologyRecord
 from nimbus_thrift.nimbus.transfers import (TransferError, TransferLimits, TransferRefused,
                                             Transfers, current_peer, peer_address)
-from nimbus_thrift.rpc.context import REQUEST, RequestInfo
+from nimbus_thrift.rpc.context import REQUEST
 
 EXPIRATION = 600.0
 RETENTION = 3600.0
@@ -90,7 +90,7 @@ def test_peer_address(peer: str, address: str) -> None:
 
 def test_the_peer_is_read_from_the_request_being_processed(env: Env) -> None:
     assert current_peer() is None
-    token = REQUEST.set(RequestInfo("127.0.0.2:40000", "beginFileUpload", 1, None))
+    token = REQUEST.set(("127.0.0.2:40000", "beginFileUpload", 1, None))
     try:
         assert current_peer() == ATTACKER
         env.transfers.begin_upload()
