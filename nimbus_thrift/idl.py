@@ -8,6 +8,7 @@ wheel installs them under ``<prefix>/share/nimbus-thrift/idl`` (see setup.cfg).
 
 from __future__ import annotations
 
+import os
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -18,6 +19,20 @@ NIMBUS_PORT = 6627
 #: The pseudo-component a nimbus files its own errors under in TopologyInfo.errors (the
 #: reserved "__" prefix keeps it apart from user component ids); clients look there.
 NIMBUS_COMPONENT = "__nimbus"
+#: The name of the daemon's Unix socket in its data directory.
+UNIX_SOCKET_NAME = "nimbus.sock"
+
+
+def default_data_dir() -> Path:
+    """Where a daemon keeps its state unless told otherwise ($XDG_DATA_HOME)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "nimbus-thrift"
+
+
+def default_unix_socket() -> Path:
+    """Where a daemon with the default data directory listens for local users, and
+    where a client looks for it first."""
+    return default_data_dir() / UNIX_SOCKET_NAME
 
 
 def idl_dir() -> Path:

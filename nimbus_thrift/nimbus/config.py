@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..idl import NIMBUS_PORT
+from ..idl import NIMBUS_PORT, default_data_dir
 # The server library's defaults are already Storm's (64 workers as nimbus.thrift.threads,
 # storm.thrift.socket.timeout.ms's 10 minutes idle); the daemon keeps them.
 from ..rpc.options import (DEFAULT_DECODED_SIZE_FACTOR, DEFAULT_FIRST_REQUEST_TIMEOUT,
@@ -94,11 +94,6 @@ DEFAULT_MAX_TOPOLOGIES = 500
 #: outcome then shows in the topology's status): a spark-submit spawns in well under
 #: a second, a stop may take stop_grace_secs + 5 s.
 DEFAULT_LAUNCHER_REPLY_WAIT_SECS = 1.0
-
-
-def default_data_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "nimbus-thrift"
 
 
 class ConfigError(ValueError):
