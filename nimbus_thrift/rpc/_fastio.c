@@ -10,7 +10,8 @@
  * (>= RELEASE_AT bytes), where letting other threads run is worth the switch.
  *
  * Semantics follow the socket methods they replace: a socket object (anything with
- * fileno()) or a descriptor; errors raise OSError subclasses chosen by errno
+ * fileno()) or a descriptor (or a stream object with methods of the same names, see
+ * DELEGATE_STREAMS); errors raise OSError subclasses chosen by errno
  * (BlockingIOError for EAGAIN, ConnectionResetError, ...); EINTR is retried. Sends use
  * MSG_NOSIGNAL, so a vanished peer is an error, never a SIGPIPE.
  */
@@ -37,6 +38,36 @@ fd_of(PyObject *obj)
 {
     return PyObject_AsFileDescriptor(obj);   /* int, or an object with fileno() */
 }
+
+/* A stream that is neither a descriptor nor a socket (no fileno(): a TLS connection,
+ * rpc/tls.py) does its own I/O: the call becomes its method of the same name, with
+ * the same arguments. Plain descriptors, the hot path, never get here. */
+static int
+is_stream(PyObject *obj)
+{
+    return !PyLong_Check(obj) && !PyObject_HasAttrString(obj, "fileno");
+}
+
+static PyObject *
+delegate(PyObject *args, const char *name)
+{
+    PyObject *method = PyObject_GetAttrString(PyTuple_GET_ITEM(args, 0), name);
+    if (method == NULL)
+        return NULL;
+    PyObject *rest = PyTuple_GetSlice(args, 1, PyTuple_GET_SIZE(args));
+    if (rest == NULL) {
+        Py_DECREF(method);
+        return NULL;
+    }
+    PyObject *result = PyObject_Call(method, rest, NULL);
+    Py_DECREF(rest);
+    Py_DECREF(method);
+    return result;
+}
+
+#define DELEGATE_STREAMS(args, name)                                              \
+    if (PyTuple_GET_SIZE(args) >= 1 && is_stream(PyTuple_GET_ITEM(args, 0)))       \
+        return delegate(args, name);
 
 enum op { OP_RECV, OP_SEND, OP_SENDMSG };
 
@@ -84,6 +115,7 @@ PyDoc_STRVAR(recv_into_doc,
 static PyObject *
 fastio_recv_into(PyObject *self, PyObject *args)
 {
+    DELEGATE_STREAMS(args, "recv_into")
     PyObject *sock;
     Py_buffer buf;
     Py_ssize_t nbytes = 0;
@@ -113,6 +145,7 @@ PyDoc_STRVAR(send_doc,
 static PyObject *
 fastio_send(PyObject *self, PyObject *args)
 {
+    DELEGATE_STREAMS(args, "send")
     PyObject *sock;
     Py_buffer buf;
     if (!PyArg_ParseTuple(args, "Oy*:send", &sock, &buf))
@@ -135,6 +168,7 @@ PyDoc_STRVAR(sendmsg_doc,
 static PyObject *
 fastio_sendmsg(PyObject *self, PyObject *args)
 {
+    DELEGATE_STREAMS(args, "sendmsg")
     PyObject *sock, *seq;
     if (!PyArg_ParseTuple(args, "OO:sendmsg", &sock, &seq))
         return NULL;

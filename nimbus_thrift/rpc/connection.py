@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .binary import read_message_header
 from .errors import FrameSizeError, NotThriftError, PeerShareError, RpcError
@@ -71,6 +71,7 @@ class State(enum.Enum):
     # transition table is looked up with (State, Event) keys on every request.
     __hash__ = object.__hash__
 
+    HANDSHAKING = "in the TLS handshake"
     READING_HEADER = "reading a frame length"
     AWAITING_MEMORY = "waiting for read-buffer memory"
     READING_FRAME = "reading a frame"
@@ -83,6 +84,7 @@ class State(enum.Enum):
 class Event(enum.Enum):
     __hash__ = object.__hash__      # as State's
 
+    HANDSHAKE_DONE = "TLS handshake done"
     FRAME_ADMITTED = "frame admitted"
     FRAME_PARKED = "frame parked"
     MEMORY_GRANTED = "memory granted"
@@ -97,8 +99,10 @@ class Event(enum.Enum):
 
 S, E = State, Event
 
-#: The only transitions there are. CLOSE is allowed from every state but CLOSED.
+#: The only transitions there are. CLOSE is allowed from every state but CLOSED. A
+#: connection starts in READING_HEADER, or in HANDSHAKING on a TLS port (tls.py).
 TRANSITIONS: dict[tuple[State, Event], State] = {
+    (S.HANDSHAKING, E.HANDSHAKE_DONE): S.READING_HEADER,
     (S.READING_HEADER, E.FRAME_ADMITTED): S.READING_FRAME,
     (S.READING_HEADER, E.REFUSED): S.LINGERING,
     (S.READING_FRAME, E.FRAME_PARKED): S.AWAITING_MEMORY,
@@ -179,7 +183,7 @@ class Connection:
                  "frame_started", "fd", "sock", "io", "out", "out_size", "write_started",
                  "interest", "refusal", "refused_call", "peer_gone", "closing",
                  "linger_until", "host", "opened_at", "fresh", "parked_at",
-                 "outq_checked", "share", "declared", "principal")
+                 "outq_checked", "share", "declared", "principal", "tls", "tls_peeked")
 
     def __init__(self, peer: str, budget: MemoryBudget, max_frame_size: int,
                  now: float = 0.0) -> None:
@@ -206,6 +210,8 @@ class Connection:
         self.share = PeerShare()       # the counts of ``host`` (the selector's, once accepted)
         self.declared = 0              # the current frame's length, as counted in ``share``
         self.principal: str | None = None   # who the transport says the client is
+        self.tls: Any = None           # the TLSStream of a TLS connection (its ``io`` too)
+        self.tls_peeked = False        # its first bytes were checked for a TLS record
         # Fields the I/O shell owns; kept here so one object describes a connection.
         self.fd = -1
         self.sock: socket.socket | None = None

@@ -4,6 +4,7 @@ options and the time: which limit (if any) it has overrun. The selector's sweep 
 
 The clocks, by state (times are the selector's ``time.monotonic()``):
 
+* in the TLS handshake: ``handshake_timeout`` from the accept;
 * between requests: ``first_request_timeout`` from the accept while no request has
   been completed yet, ``idle_timeout`` from the last activity after that;
 * mid-frame (a length prefix or a body arriving): ``frame_read_timeout`` from the
@@ -55,6 +56,11 @@ class Overdue(NamedTuple):
 def overdue(conn: Connection, opts: ServerOptions, now: float) -> Overdue | None:
     """The limit ``conn`` has overrun at ``now``, or None."""
     st = conn.state
+    if st is State.HANDSHAKING:
+        if now - conn.opened_at > opts.handshake_timeout:
+            return Overdue(f"TLS handshake not finished within handshake_timeout "
+                           f"({opts.handshake_timeout:g}s) of connecting")
+        return None
     if st is State.READING_HEADER and not conn.hdr:
         if conn.fresh:
             limit = opts.first_request_timeout

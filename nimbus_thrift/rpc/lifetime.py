@@ -29,6 +29,7 @@ from .metrics import ServerState
 from .options import ServerOptions
 from .peers import PeerShare
 from .throttle import LogThrottle
+from .tls import TLSStream
 from .unixsock import UnixListener, peer_credentials, remove_unix
 from .workers import WorkerPool
 
@@ -141,10 +142,28 @@ class Lifetime(Completion):
             conn.host = host
             conn.share = share
             conn.principal = principal
+            tls_context = opts.ssl_context
+            if tls_context is not None and listener.family != socket.AF_UNIX:
+                # No handshake yet: the selector drives it (tls.py); the connection
+                # starts in HANDSHAKING and holds nothing of the budget until done.
+                try:
+                    sock = tls_context.wrap_socket(sock, server_side=True,
+                                                   do_handshake_on_connect=False)
+                except (OSError, ValueError) as exc:
+                    share.connections -= 1
+                    if share.connections <= 0:
+                        self.per_peer.pop(host, None)
+                    sock.close()
+                    log.warning("tls_wrap_failed", peer=peer, error=str(exc))
+                    continue
+                conn.tls = TLSStream(sock)
+                conn.state = State.HANDSHAKING
             conn.sock = sock
             conn.fd = sock.fileno()
-            # fastio's C calls take the descriptor (no fileno() call per recv and send).
-            conn.io = conn.fd if ACCELERATED else sock
+            # fastio's C calls take the descriptor (no fileno() call per recv and send);
+            # a TLS connection's calls go through its stream (fastio passes them on).
+            conn.io = conn.tls if conn.tls is not None else \
+                conn.fd if ACCELERATED else sock
             conn.interest = _EPOLLIN
             self._ep.register(conn.fd, _EPOLLIN)
             self._conns[conn.fd] = conn
@@ -192,6 +211,8 @@ class Lifetime(Completion):
                     self._unread_reply(conn, now)
                 continue
             self._state.timeouts += 1
+            if st is State.HANDSHAKING:
+                self._state.tls_handshakes_failed += 1
             if late.park:
                 log.warning("park_timeout", peer=conn.peer, size=conn.size,
                             received=conn.pos, waited_s=round(now - conn.parked_at, 3),

@@ -10,8 +10,9 @@ class ServerState:
     """Mutable counters, written only by the selector thread."""
 
     __slots__ = ("connections_open", "connections_accepted", "connections_refused",
-                 "connections_refused_per_peer", "frames_refused", "requests_submitted", "requests_completed",
-                 "requests_failed", "requests_overloaded", "timeouts")
+                 "connections_refused_per_peer", "frames_refused", "requests_submitted",
+                 "requests_completed", "requests_failed", "requests_overloaded", "timeouts",
+                 "tls_handshakes", "tls_handshakes_failed")
 
     def __init__(self) -> None:
         self.connections_open = 0
@@ -26,6 +27,8 @@ class ServerState:
         # Connections closed by a deadline (first request, idle, frame read, rate, park,
         # write) or for holding the oldest unsent reply past max_unsent_reply_bytes.
         self.timeouts = 0
+        self.tls_handshakes = 0           # TLS handshakes completed
+        self.tls_handshakes_failed = 0    # refused, broken, plaintext, or timed out
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,10 @@ class MetricsSnapshot:
     unsent_reply_bytes: int
     #: Times the read budget admitted a frame over capacity (see memory.py).
     read_budget_overcommits: int
+    #: TLS handshakes completed, and those that failed (bad or missing certificates,
+    #: plaintext clients, broken connections, handshake_timeout).
+    tls_handshakes: int = 0
+    tls_handshakes_failed: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -6,7 +6,10 @@ Every default limit is a named constant with the reason it has that value.
 from __future__ import annotations
 
 import dataclasses
+import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 #: Storm's Nimbus runs its THsHaServer with 64 worker threads (nimbus.thrift.threads).
 DEFAULT_WORKER_THREADS = 64
@@ -91,6 +94,10 @@ DEFAULT_MAX_UNSENT_REPLY_BYTES = 64 * 1024 * 1024
 #: no loss). None keeps the kernel's autotuning.
 DEFAULT_SEND_BUFFER_SIZE: int | None = 256 * 1024
 
+#: Seconds a TLS handshake may take: a client that opens a connection and never
+#: finishes it holds a slot and a socket. 10 s is many round trips on any real link.
+DEFAULT_HANDSHAKE_TIMEOUT = 10.0
+
 #: Listen backlog; the kernel caps it at net.core.somaxconn anyway.
 DEFAULT_BACKLOG = 1024
 
@@ -134,6 +141,14 @@ class ServerOptions:
     max_connections_per_peer: int | None = None
     max_unsent_reply_bytes: int = DEFAULT_MAX_UNSENT_REPLY_BYTES
     send_buffer_size: int | None = DEFAULT_SEND_BUFFER_SIZE
+    #: Every TCP connection speaks TLS with this server-side context (client
+    #: certificates required if it says so); the Unix socket stays plain.
+    ssl_context: ssl.SSLContext | None = None
+    #: Seconds a TLS handshake may take from the accept.
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
+    #: Maps a verified client certificate (``getpeercert()``'s dict) to the principal;
+    #: None takes the subject's common name.
+    principal_from_cert: Callable[[dict[str, Any]], str | None] | None = None
     #: Also listen on this Unix domain socket path (created with unix_socket_mode; a
     #: stale file is replaced); its clients' principal is their OS user (SO_PEERCRED).
     unix_socket: str | None = None
@@ -185,6 +200,20 @@ class ServerOptions:
         if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777:
             raise OptionError(f"unix_socket_mode must be file permission bits (e.g. 0o660), "
                               f"not {mode!r}.")
+        ctx = self.ssl_context
+        if ctx is not None and (not isinstance(ctx, ssl.SSLContext)
+                                or ctx.protocol == ssl.PROTOCOL_TLS_CLIENT):
+            raise OptionError(f"ssl_context must be a server-side ssl.SSLContext (e.g. "
+                              f"ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)), "
+                              f"not {ctx!r}.")
+        timeout = self.handshake_timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+                or not timeout > 0 or timeout == float("inf"):
+            raise OptionError(f"handshake_timeout must be a positive number of seconds, "
+                              f"not {timeout!r}.")
+        if self.principal_from_cert is not None and not callable(self.principal_from_cert):
+            raise OptionError(f"principal_from_cert must be callable, "
+                              f"not {self.principal_from_cert!r}.")
         if not isinstance(self.strict_read, bool):
             raise OptionError(f"strict_read must be True or False, not {self.strict_read!r}.")
 

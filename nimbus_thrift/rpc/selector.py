@@ -47,6 +47,7 @@ from .options import ServerOptions
 from .peers import FAIR_SHARE, PeerShare
 from .lifetime import Lifetime
 from .throttle import LogThrottle
+from .tls import DONE, WANT_READ, WANT_WRITE, HandshakeFailed, handshake_step, principal_of
 from .unixsock import UnixListener
 from .workers import STALL_SECS, WorkerPool
 
@@ -90,6 +91,10 @@ class Selector(Lifetime):
         self._listener = listener
         self._unix = unix
         self._paused_listeners: list[socket.socket] = []
+        #: TLS connections with decrypted bytes waiting in the TLS layer, which epoll
+        #: cannot report (tls.py): read on the next pass without waiting.
+        self._tls_ready: list[Connection] = []
+        self._principal_from_cert = options.principal_from_cert
         self._state = state
         # Watched: the selector checks for stalled handlers (see workers.py).
         self.pool = WorkerPool(options.worker_threads, options.worker_queue_size,
@@ -142,7 +147,7 @@ class Selector(Lifetime):
             # With no timers to run, nothing but an event or a worker's wake-up can give
             # the loop work, so it sleeps without a timeout (and a lost wake-up would
             # show as a hang in the tests, not as a hidden 0.5 s stall).
-            if done or batch:
+            if done or batch or self._tls_ready:
                 timeout = 0.0
             elif draining:
                 timeout = min(0.1, max(0.0, self.stop_deadline - time.monotonic()))
@@ -171,6 +176,8 @@ class Selector(Lifetime):
                     st = conn.state
                     if st is _READING_HEADER or st is _READING_FRAME:
                         self._read(conn, now, batch)    # the common event, one call less
+                        if conn.tls is not None:
+                            self._tls_check_pending(conn)
                     else:
                         self._on_event(conn, mask, now, batch)
                 elif fd == listen_fd:
@@ -179,6 +186,9 @@ class Selector(Lifetime):
                     self._accept(self._unix.sock, now)
                 elif fd == wake_fd:
                     wakeup.drain()
+
+            if self._tls_ready:
+                self._read_tls_ready(now, batch)
 
             if budget.parked:  # O(1) unless the head of the queue now fits
                 self._admit_parked(now)
@@ -256,6 +266,8 @@ class Selector(Lifetime):
                 self._flush(conn, now, batch)
         elif st is State.LINGERING:
             self._discard(conn, now)
+        elif st is State.HANDSHAKING:
+            self._handshake(conn, now)
         else:
             # PROCESSING or AWAITING_MEMORY: we are not reading. The kernel told us about
             # a pipelined frame or an EOF; stop listening until we want to read again.
@@ -499,6 +511,53 @@ class Selector(Lifetime):
                 return
         if conn.interest != _EPOLLIN:
             self._set_interest(conn, _EPOLLIN)
+        if conn.tls is not None:
+            self._tls_check_pending(conn)
+
+    # ----------------------------------------------------------------- TLS
+
+    def _handshake(self, conn: Connection, now: float) -> None:
+        """One nonblocking step of a TLS handshake (tls.py), on each socket event."""
+        first = not conn.tls_peeked
+        try:
+            step = handshake_step(conn.tls.ssl, first)
+        except HandshakeFailed as exc:
+            self._state.tls_handshakes_failed += 1
+            held = self._refusal_log.allow(conn.host, now)
+            if held is not None:
+                log.warning("tls_handshake_failed", peer=conn.peer, reason=str(exc),
+                            similar_failures_not_logged=held)
+            self._really_close(conn)
+            return
+        if first and step != WANT_READ:
+            conn.tls_peeked = True
+        if step == DONE:
+            self._state.tls_handshakes += 1
+            conn.principal = principal_of(conn.tls.ssl, self._principal_from_cert)
+            conn.advance(Event.HANDSHAKE_DONE)
+            conn.last_activity = now
+            log.debug("tls_handshake_done", peer=conn.peer, principal=conn.principal,
+                      version=conn.tls.ssl.version())
+            self._set_interest(conn, _EPOLLIN)
+            self._tls_check_pending(conn)
+        else:
+            if first:
+                conn.tls_peeked = True
+            self._set_interest(conn, _EPOLLOUT if step == WANT_WRITE else _EPOLLIN)
+
+    def _tls_check_pending(self, conn: Connection) -> None:
+        st = conn.state
+        if (st is _READING_HEADER or st is _READING_FRAME) and conn.tls.pending():
+            self._tls_ready.append(conn)
+
+    def _read_tls_ready(self, now: float, batch: list[tuple[Connection, Any]]) -> None:
+        ready, self._tls_ready = self._tls_ready, []
+        for conn in ready:
+            st = conn.state
+            if st is _READING_HEADER or st is _READING_FRAME:
+                self._read(conn, now, batch)
+                if conn.tls is not None:
+                    self._tls_check_pending(conn)
 
     # ----------------------------------------------------------------- memory
 

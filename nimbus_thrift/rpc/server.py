@@ -77,7 +77,8 @@ class Server:
                      max_connections=self.options.max_connections,
                      max_connections_per_peer=self.options.per_peer_limit,
                      max_read_buffer_bytes_per_peer=self.options.peer_read_share,
-                     unix_socket=self.options.unix_socket)
+                     unix_socket=self.options.unix_socket,
+                     tls=self.options.ssl_context is not None)
             return self.address
 
     def start(self) -> tuple[str, int]:
@@ -147,6 +148,8 @@ class Server:
             timeouts=st.timeouts,
             unsent_reply_bytes=selector.unsent_bytes if selector is not None else 0,
             read_budget_overcommits=self._budget.overcommits,
+            tls_handshakes=st.tls_handshakes,
+            tls_handshakes_failed=st.tls_handshakes_failed,
         )
 
     # ----------------------------------------------------------------- selector thread

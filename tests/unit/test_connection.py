@@ -660,6 +660,7 @@ def test_park_timeout_refusal_releases_and_names_the_call() -> None:
 # --------------------------------------------------------------------------- the table
 
 EXPECTED_TRANSITIONS = {
+    (State.HANDSHAKING, Event.HANDSHAKE_DONE): State.READING_HEADER,
     (State.READING_HEADER, Event.FRAME_ADMITTED): State.READING_FRAME,
     (State.READING_HEADER, Event.REFUSED): State.LINGERING,
     (State.READING_FRAME, Event.FRAME_PARKED): State.AWAITING_MEMORY,
@@ -907,3 +908,17 @@ def test_peer_share_defaults_to_a_quarter_of_the_budget_but_one_frame_at_least()
     # Never more than the whole budget.
     assert ServerOptions(max_read_buffer_bytes=1000, max_read_buffer_bytes_per_peer=5000) \
         .peer_read_share == 1000
+
+
+def test_a_tls_handshake_has_its_own_deadline() -> None:
+    opts = ServerOptions(handshake_timeout=10.0, first_request_timeout=20.0)
+    conn = Connection("p", MemoryBudget(100), max_frame_size=100, now=100.0)
+    conn.state = State.HANDSHAKING
+    assert overdue(conn, opts, 109.9) is None
+    late = overdue(conn, opts, 110.1)
+    assert late is not None and "handshake_timeout (10s)" in late.reason and not late.park
+    conn.advance(Event.HANDSHAKE_DONE)
+    assert conn.state is State.READING_HEADER
+    # Done: the first request's clock (from the accept) applies from now on.
+    assert overdue(conn, opts, 110.1) is None
+    assert overdue(conn, opts, 120.1) is not None

@@ -1,0 +1,159 @@
+"""TLS on the selector's connections: the stream object a TLS connection reads and
+writes through, the handshake as one nonblocking step, and who the client is.
+
+Theory of operation
+-------------------
+An accepted TCP socket is wrapped by the server's ``ssl.SSLContext`` without a
+handshake (``do_handshake_on_connect=False``) and the connection starts in
+HANDSHAKING (connection.py). Each time epoll reports the socket, the selector calls
+:func:`handshake_step`: it returns what to wait for next (readable, writable), or that
+the handshake is done, or raises :class:`HandshakeFailed` with a sentence for the log.
+Nothing of the read budget or the worker pool is used until it is done, and
+``handshake_timeout`` (deadlines.py) closes a client that never finishes.
+
+Once done, the connection's ``io`` is a :class:`TLSStream`. The selector's and the
+workers' I/O calls (fastio) pass anything that is not a descriptor to its methods of
+the same names, so framing, the budget, parking, deadlines and replies written by
+workers work unchanged. Two things differ from a plain socket, both handled here and
+in the selector:
+
+* the TLS layer may hold decrypted bytes the kernel no longer has (a record larger
+  than the read asked for; a pipelined request in the record that ended the previous
+  one): epoll will not report them, so the selector asks :meth:`TLSStream.pending`
+  whenever it goes back to reading;
+* a read may need a write and the reverse (TLS 1.3 key updates; session tickets):
+  both are reported as "would block" and retried on the next event, as the socket
+  stays registered.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+from .connection import classify_prefix
+
+#: What a verified client certificate (``SSLSocket.getpeercert()``) maps to as the
+#: request's principal.
+PrincipalFromCert = Callable[[dict[str, Any]], "str | None"]
+
+#: The first byte of every TLS record carrying a handshake (a ClientHello).
+_TLS_HANDSHAKE_RECORD = 0x16
+
+#: Handshake outcomes: wait for the socket to be readable or writable, or done.
+WANT_READ, WANT_WRITE, DONE = "read", "write", "done"
+
+
+class HandshakeFailed(Exception):
+    """The handshake cannot succeed; the message says why, for one log line."""
+
+
+def common_name(cert: dict[str, Any]) -> str | None:
+    """The subject's commonName of a certificate as ``getpeercert()`` gives it (the
+    default principal, as Storm takes it from the X.509 subject)."""
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+class TLSStream:
+    """A TLS connection with the nonblocking socket calls fastio makes (recv_into,
+    send, sendmsg), raising BlockingIOError where a socket would."""
+
+    __slots__ = ("ssl",)
+
+    def __init__(self, sock: ssl.SSLSocket) -> None:
+        self.ssl = sock
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, /) -> int:
+        try:
+            return self.ssl.recv_into(buffer, nbytes)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            raise BlockingIOError from None
+        except ssl.SSLZeroReturnError:
+            return 0            # the client's close_notify: end of stream
+        except ssl.SSLError as exc:
+            raise ConnectionError(f"TLS error: {getattr(exc, 'reason', None) or exc}") from None
+
+    def send(self, data: Any, /) -> int:
+        try:
+            return self.ssl.send(data)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            raise BlockingIOError from None
+        except ssl.SSLError as exc:
+            raise ConnectionError(f"TLS error: {getattr(exc, 'reason', None) or exc}") from None
+
+    def sendmsg(self, buffers: Any, /) -> int:
+        # TLS has no scatter-gather write: one record stream from one buffer. A retry
+        # after "would block" passes the same bytes again (see unsent_part), which is
+        # what OpenSSL requires of a write it could not finish.
+        return self.send(b"".join(buffers))
+
+    def pending(self) -> int:
+        """Decrypted bytes held in the TLS layer, not yet read."""
+        return self.ssl.pending()
+
+
+def handshake_step(sock: ssl.SSLSocket, first: bool) -> str:
+    """Advance the handshake of ``sock`` as far as it goes without blocking; return
+    WANT_READ, WANT_WRITE or DONE. ``first``: nothing has been read yet, so what
+    arrived is checked for a TLS record before OpenSSL sees it (a plaintext client
+    gets a log line saying what it sent, not a cipher error)."""
+    if first:
+        try:
+            head = socket.socket.recv(sock, 5, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return WANT_READ
+        except OSError as exc:
+            raise HandshakeFailed(f"connection failed before the TLS handshake: {exc}") \
+                from None
+        if not head:
+            raise HandshakeFailed("closed by the client before the TLS handshake")
+        if head[0] != _TLS_HANDSHAKE_RECORD:
+            raise HandshakeFailed(f"not TLS: the client sent {_plaintext_kind(head)} "
+                                  f"(first bytes {head.hex()}) to a TLS port")
+    try:
+        sock.do_handshake()
+    except ssl.SSLWantReadError:
+        return WANT_READ
+    except ssl.SSLWantWriteError:
+        return WANT_WRITE
+    except ssl.SSLCertVerificationError as exc:
+        raise HandshakeFailed(f"client certificate refused: {exc.verify_message}") \
+            from None
+    except ssl.SSLError as exc:
+        raise HandshakeFailed(f"TLS handshake failed: {_ssl_reason(exc)}") from None
+    except OSError as exc:
+        raise HandshakeFailed(f"connection failed during the TLS handshake: {exc}") \
+            from None
+    return DONE
+
+
+def _plaintext_kind(head: bytes) -> str:
+    """What a client that skipped TLS sent, for the log line."""
+    kind = classify_prefix(head[:4]) if len(head) >= 4 else None
+    if kind is not None:
+        return kind
+    if head[:1] == b"\x00" and len(head) >= 5 and head[4] in (0x80, 0x82):
+        return "plaintext framed Thrift (a client without TLS)"
+    return "something that is not a TLS ClientHello"
+
+
+def _ssl_reason(exc: ssl.SSLError) -> str:
+    reason = (getattr(exc, "reason", None) or "").replace("_", " ").lower()
+    if reason in ("peer did not return a certificate", "certificate required"):
+        return "the client presented no certificate, and one is required"
+    return reason or str(exc)
+
+
+def principal_of(sock: ssl.SSLSocket, mapping: PrincipalFromCert | None) -> str | None:
+    """The principal of a connection whose handshake is done: from its verified client
+    certificate (``mapping``, or the subject's common name), None without one."""
+    cert = sock.getpeercert()
+    if not cert:
+        return None
+    return (mapping or common_name)(cert)
