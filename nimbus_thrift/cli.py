@@ -5,6 +5,7 @@ User mistakes are one sentence and a non-zero exit, never a traceback.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ import click
 import structlog
 
 from . import logs, render
-from .client.defaults import DEFAULT_TIMEOUT, DEFAULT_WAIT_TIMEOUT
+from .client.defaults import DEFAULT_HOST, DEFAULT_TIMEOUT, DEFAULT_WAIT_TIMEOUT
 from .idl import NIMBUS_PORT
 from .rpc.options import (DEFAULT_FIRST_REQUEST_TIMEOUT, DEFAULT_FRAME_READ_TIMEOUT,
                           DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FRAME_SIZE,
@@ -45,8 +46,12 @@ def main() -> None:
 
     Start the daemon with `nimbus` (`warm-up` first makes topologies start sooner);
     `submit`, `list`, `info`, `kill`, `activate`, `deactivate`, `rebalance` and `conf`
-    talk to a running one (--host/--port, or the environment variables
-    NIMBUS_THRIFT_HOST and NIMBUS_THRIFT_PORT).
+    talk to a running one: through the local daemon's Unix socket when it exists and no
+    host or port is given, else over TCP (--host/--port), with TLS given --tls-cert,
+    --tls-key or --tls-ca. Each setting also comes from NIMBUS_THRIFT_HOST, ..._PORT,
+    ..._TLS_CERT, ..._TLS_KEY, ..._TLS_CA, ..._UNIX_SOCKET, or from
+    ~/.config/nimbus-thrift/client.yaml (keys host, port, tls_cert, tls_key, tls_ca,
+    unix_socket); flags win over the environment, which wins over the file.
     """
 
 
@@ -165,6 +170,18 @@ def _wait(stop: "threading.Event") -> None:
 @click.option("--max-frame-size", type=int, help="Largest request frame in bytes.  "
                                                  "[default: 1048576, as Storm]")
 @click.option("--max-upload-bytes", type=int, help="Largest code upload.  [default: 256 MiB]")
+@click.option("--tls-cert", "tls_cert_file", type=click.Path(dir_okay=False),
+              help="The daemon's certificate (PEM); with --tls-key the port speaks TLS only.")
+@click.option("--tls-key", "tls_key_file", type=click.Path(dir_okay=False),
+              help="The key of --tls-cert (PEM, unencrypted).")
+@click.option("--tls-client-ca", "tls_client_ca_file", type=click.Path(dir_okay=False),
+              help="CA certificate(s) (PEM): every client must present a certificate "
+                   "signed by one; its common name is the caller's principal.")
+@click.option("--insecure", is_flag=True, default=None,
+              help="Allow listening on a non-loopback address without mutual TLS.")
+@click.option("--unix-socket", help="Unix socket for local users (their OS user is their "
+                                    "principal); '' for none.  [default: "
+                                    "<data dir>/nimbus.sock]")
 @click.option("--log-level", type=click.Choice(logs.LEVELS), help="[default: info]")
 @click.option("--log-format", type=click.Choice(["auto", "console", "json"]),
               help="auto: console on a terminal, JSON otherwise.  [default: auto]")
@@ -232,15 +249,52 @@ def warm_up(config_file: Path | None, spark_master: str | None, timeout: float) 
 
 # --- commands that talk to a running nimbus -------------------------------------------
 
+def _connection_options(func: Any) -> Any:
+    """--host, --port, the TLS files and --unix-socket, merged with the environment and
+    client.yaml into one ClientSettings that the command receives as ``target``."""
+
+    @functools.wraps(func)
+    def command(*args: Any, host: str | None, port: int | None, tls_cert: str | None,
+                tls_key: str | None, tls_ca: str | None, unix_socket: str | None,
+                **kwargs: Any) -> Any:
+        from .client.settings import ClientSettingsError, load_client_settings
+
+        try:
+            target = load_client_settings({"host": host, "port": port, "tls_cert": tls_cert,
+                                           "tls_key": tls_key, "tls_ca": tls_ca,
+                                           "unix_socket": unix_socket})
+        except ClientSettingsError as exc:
+            raise click.UsageError(str(exc)) from None
+        return func(*args, target=target, **kwargs)
+
+    path = click.Path(dir_okay=False)
+    command = click.option("--unix-socket", type=path,
+                           help="Connect to the daemon's Unix socket at this path instead "
+                                "of TCP (env NIMBUS_THRIFT_UNIX_SOCKET).")(command)
+    command = click.option("--tls-ca", type=path,
+                           help="CA certificate (PEM) the server's certificate must be "
+                                "signed by; TLS (env NIMBUS_THRIFT_TLS_CA).")(command)
+    command = click.option("--tls-key", type=path,
+                           help="The key of --tls-cert (PEM) (env NIMBUS_THRIFT_TLS_KEY)."
+                           )(command)
+    command = click.option("--tls-cert", type=path,
+                           help="This client's certificate (PEM), for a daemon that "
+                                "requires one; TLS (env NIMBUS_THRIFT_TLS_CERT).")(command)
+    command = click.option("--port", type=click.IntRange(1, 65535),
+                           help=f"Port of the nimbus (env NIMBUS_THRIFT_PORT).  "
+                                f"[default: {NIMBUS_PORT}]")(command)
+    command = click.option("--host",
+                           help="Where the nimbus runs (env NIMBUS_THRIFT_HOST).  [default: "
+                                "the local daemon's socket if it exists and no --port is "
+                                f"given, else {DEFAULT_HOST}]")(command)
+    return command
+
+
 def _client_options(func: Any) -> Any:
     func = click.option("--timeout", type=click.FloatRange(0, min_open=True),
                         default=DEFAULT_TIMEOUT, show_default=True,
                         help="Seconds to wait for each reply.")(func)
-    func = click.option("--port", type=click.IntRange(1, 65535), default=NIMBUS_PORT,
-                        show_default=True, envvar="NIMBUS_THRIFT_PORT")(func)
-    func = click.option("--host", default="127.0.0.1", show_default=True,
-                        envvar="NIMBUS_THRIFT_HOST", help="Where the nimbus runs.")(func)
-    return func
+    return _connection_options(func)
 
 
 def _json_option(func: Any) -> Any:
@@ -249,8 +303,9 @@ def _json_option(func: Any) -> Any:
 
 
 @contextmanager
-def _nimbus(host: str, port: int, timeout: float) -> Iterator[Any]:
-    """A connected client; every failure becomes one sentence and exit status 1."""
+def _nimbus(target: Any, timeout: float) -> Iterator[Any]:
+    """A connected client of ``target`` (ClientSettings); every failure becomes one
+    sentence and exit status 1."""
     from thriftpy2.thrift import TApplicationException
 
     from .client.client import NimbusClient
@@ -259,12 +314,16 @@ def _nimbus(host: str, port: int, timeout: float) -> Iterator[Any]:
     if not structlog.is_configured():
         logs.configure("warning")  # the client's retries are debug lines: not for people
     try:
-        with NimbusClient(host, port, timeout=timeout) as client:
+        client = NimbusClient(**target.client_args(), timeout=timeout)
+    except ValueError as exc:      # a certificate file that cannot be used
+        raise click.ClickException(str(exc)) from None
+    try:
+        with client:
             yield client
     except NimbusClientError as exc:
         raise click.ClickException(str(exc)) from None
     except TApplicationException as exc:
-        raise click.ClickException(f"nimbus at {host}:{port} refused: {exc.message}") \
+        raise click.ClickException(f"nimbus at {client.address} refused: {exc.message}") \
             from None
     except Exception as exc:
         # The IDL's exceptions (NotAliveException, ...) all carry one field: msg.
@@ -288,9 +347,9 @@ def _echo_json(value: Any) -> None:
 @main.command("list")
 @_client_options
 @_json_option
-def list_(host: str, port: int, timeout: float, as_json: bool) -> None:
+def list_(target: Any, timeout: float, as_json: bool) -> None:
     """List the topologies."""
-    with _nimbus(host, port, timeout) as client:
+    with _nimbus(target, timeout) as client:
         summary = client.getClusterInfo()
     if as_json:
         _echo_json(summary.topologies)
@@ -302,9 +361,9 @@ def list_(host: str, port: int, timeout: float, as_json: bool) -> None:
 @click.argument("name")
 @_client_options
 @_json_option
-def info(name: str, host: str, port: int, timeout: float, as_json: bool) -> None:
+def info(name: str, target: Any, timeout: float, as_json: bool) -> None:
     """Show one topology: status, components with their figures, errors."""
-    with _nimbus(host, port, timeout) as client:
+    with _nimbus(target, timeout) as client:
         topology_info = client.getTopologyInfo(_topology_id(client, name))
     if as_json:
         payload = render.jsonable(topology_info)
@@ -320,9 +379,9 @@ def info(name: str, host: str, port: int, timeout: float, as_json: bool) -> None
               help="Seconds between deactivation and removal.  "
                    "[default: the topology's topology.message.timeout.secs]")
 @_client_options
-def kill(name: str, wait_secs: int | None, host: str, port: int, timeout: float) -> None:
+def kill(name: str, wait_secs: int | None, target: Any, timeout: float) -> None:
     """Kill a topology: deactivate it now, remove it after the wait."""
-    with _nimbus(host, port, timeout) as client:
+    with _nimbus(target, timeout) as client:
         client.killTopologyWithOpts(name, client.idl.KillOptions(wait_secs=wait_secs))
     click.echo(f"killed {name}" + ("" if wait_secs is None else f"; removed in {wait_secs} s"))
 
@@ -330,9 +389,9 @@ def kill(name: str, wait_secs: int | None, host: str, port: int, timeout: float)
 @main.command()
 @click.argument("name")
 @_client_options
-def activate(name: str, host: str, port: int, timeout: float) -> None:
+def activate(name: str, target: Any, timeout: float) -> None:
     """Resume a deactivated topology's spouts."""
-    with _nimbus(host, port, timeout) as client:
+    with _nimbus(target, timeout) as client:
         client.activate(name)
     click.echo(f"activated {name}")
 
@@ -340,9 +399,9 @@ def activate(name: str, host: str, port: int, timeout: float) -> None:
 @main.command()
 @click.argument("name")
 @_client_options
-def deactivate(name: str, host: str, port: int, timeout: float) -> None:
+def deactivate(name: str, target: Any, timeout: float) -> None:
     """Pause a topology's spouts (its state is kept)."""
-    with _nimbus(host, port, timeout) as client:
+    with _nimbus(target, timeout) as client:
         client.deactivate(name)
     click.echo(f"deactivated {name}")
 
@@ -373,10 +432,10 @@ class _ComponentCount(click.ParamType):
               help="New executor count of a component; repeatable.")
 @_client_options
 def rebalance(name: str, wait_secs: int | None, num_workers: int | None,
-              executors: tuple[tuple[str, int], ...], host: str, port: int,
+              executors: tuple[tuple[str, int], ...], target: Any,
               timeout: float) -> None:
     """Change a topology's workers or a component's executors."""
-    with _nimbus(host, port, timeout) as client:
+    with _nimbus(target, timeout) as client:
         client.rebalance(name, client.idl.RebalanceOptions(
             wait_secs=wait_secs, num_workers=num_workers,
             num_executors=dict(executors) or None))
@@ -449,17 +508,13 @@ def _echo_status(status: str) -> None:
 @click.option("--call-timeout", type=click.FloatRange(0, min_open=True),
               default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds to wait for each reply.")
-@click.option("--port", type=click.IntRange(1, 65535), default=NIMBUS_PORT, show_default=True,
-              envvar="NIMBUS_THRIFT_PORT")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              envvar="NIMBUS_THRIFT_HOST", help="Where the nimbus runs.")
+@_connection_options
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object (id, name, sha256, bytes, status) and no "
                    "progress.")
 def submit(path: Path, name: str | None, class_name: str | None,
            conf_items: tuple[tuple[str, Any], ...], inactive: bool, wait: bool,
-           timeout: float, call_timeout: float, port: int, host: str,
-           as_json: bool) -> None:
+           timeout: float, call_timeout: float, target: Any, as_json: bool) -> None:
     """Package a topology file's project, upload it and submit it.
 
     PATH is a .py file defining a Topology subclass. Its project root (the file's
@@ -487,7 +542,7 @@ def submit(path: Path, name: str | None, class_name: str | None,
             click.echo(f"packaged {files} from {code.root} "
                        f"({code.size:,} bytes, sha256 {code.sha256[:16]})", err=True)
         progress = _UploadProgress()
-        with _nimbus(host, port, call_timeout) as client:
+        with _nimbus(target, call_timeout) as client:
             try:
                 topology_id = submit_prepared(client, prepared, inactive=inactive,
                                               progress=progress if err else None)
@@ -513,9 +568,9 @@ def submit(path: Path, name: str | None, class_name: str | None,
 @main.command()
 @_client_options
 @_json_option
-def conf(host: str, port: int, timeout: float, as_json: bool) -> None:
+def conf(target: Any, timeout: float, as_json: bool) -> None:
     """Show the nimbus's configuration."""
-    with _nimbus(host, port, timeout) as client:
+    with _nimbus(target, timeout) as client:
         text = client.getNimbusConf()
     values = json.loads(text)
     if as_json:

@@ -2,6 +2,7 @@
 # Installs the real Thrift peers the interoperability tests (tests/test_interop_*.py) talk to,
 # idempotently (each step runs only when its output is missing or stale):
 #   - Debian's thrift-compiler (the `thrift` command), from apt;
+#   - Debian's libthrift-java and libslf4j-java (the Java TLS client), from apt;
 #   - Node's `thrift` package, pinned in tests/interop/node/package-lock.json, via `npm ci`;
 #   - Apache Storm's own IDL, for the Nimbus compatibility tests: the streamparse 5.0.1 wheel
 #     (PyPI, no dependencies) embeds Storm 1.1's storm.thrift; it is downloaded into
@@ -63,6 +64,15 @@ if ! command -v thrift >/dev/null 2>&1; then
   command -v thrift >/dev/null 2>&1 || die "thrift-compiler installed but no 'thrift' command on PATH"
 fi
 say "compiler: $(thrift --version)"
+
+# --- libthrift-java (apt), for the Java TLS client of tests/interop/test_interop_tls.py ----
+if [ ! -f /usr/share/java/libthrift.jar ] && [ ! -f /usr/share/java/thrift.jar ] \
+    || [ ! -f /usr/share/java/slf4j-api.jar ]; then
+  command -v apt-get >/dev/null 2>&1 || die "no libthrift-java and no apt-get: install Apache Thrift's Java library by hand"
+  say "installing Debian's libthrift-java and libslf4j-java"
+  apt_install libthrift-java libslf4j-java || die "apt-get install libthrift-java libslf4j-java failed"
+fi
+command -v javac >/dev/null 2>&1 || die "javac is not installed (the Java interop client needs a JDK, e.g. openjdk-17-jdk-headless)"
 
 # --- Node's thrift package (npm) ---------------------------------------------------------
 command -v node >/dev/null 2>&1 || die "node is not installed (the Node interop client needs Node.js >= 18)"

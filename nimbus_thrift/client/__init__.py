@@ -4,8 +4,10 @@ Built on the socket-free call encoding of :mod:`nimbus_thrift.rpc.calls`; the da
 code (:mod:`nimbus_thrift.nimbus`) is never imported here.
 
 Modules, each importing only those listed before it: ``defaults`` (plain constants),
-``errors``, ``transport`` (the socket), ``submit`` (packaging, uploading, waiting),
-``client`` (:class:`NimbusClient`: the IDL's methods, files, the submit shortcuts).
+``errors``, ``tls`` (the TLS context and what a refusal means), ``transport`` (the
+socket), ``submit`` (packaging, uploading, waiting), ``client`` (:class:`NimbusClient`:
+the IDL's methods, files, the submit shortcuts); ``settings`` (where the CLI connects:
+client.yaml, environment, flags) imports only ``defaults`` and ``errors``.
 """
 
 from __future__ import annotations
@@ -21,16 +23,20 @@ _EXPORTS = {
     "BadReply": "errors", "ConnectionLost": "errors", "DownloadTooLarge": "errors",
     "FrameRefused": "errors",
     "NimbusClient": "client", "NimbusClientError": "errors", "NimbusTimeout": "errors",
-    "NimbusUnavailable": "errors", "ServerError": "errors",
+    "NimbusUnavailable": "errors", "ServerError": "errors", "TlsError": "errors",
+    "ClientSettings": "settings", "load_client_settings": "settings",
 }
 
 if TYPE_CHECKING:
     from .client import NimbusClient
     from .errors import (BadReply, ConnectionLost, DownloadTooLarge, FrameRefused,
-                         NimbusClientError, NimbusTimeout, NimbusUnavailable, ServerError)
+                         NimbusClientError, NimbusTimeout, NimbusUnavailable, ServerError,
+                         TlsError)
+    from .settings import ClientSettings, load_client_settings
 
-__all__ = ["BadReply", "ConnectionLost", "DownloadTooLarge", "FrameRefused", "NimbusClient",
-           "NimbusClientError", "NimbusTimeout", "NimbusUnavailable", "ServerError"]
+__all__ = ["BadReply", "ClientSettings", "ConnectionLost", "DownloadTooLarge", "FrameRefused",
+           "NimbusClient", "NimbusClientError", "NimbusTimeout", "NimbusUnavailable",
+           "ServerError", "TlsError", "load_client_settings"]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

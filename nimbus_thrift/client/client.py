@@ -9,6 +9,8 @@ One call::
       | connect, if not connected (or the server       NimbusUnavailable (nothing sent)
       |   dropped the idle connection): attempts
       |   with bounded exponential back-off
+      | with TLS, the handshake (in each attempt)      TlsError: a certificate refused,
+      |                                                  at once, never retried
       | send the frame, read one reply frame,          NimbusTimeout, ConnectionLost
       |   all within `timeout` seconds                   (the socket is discarded)
       | decode (bounds-checked, nimbus_thrift.rpc.binary,  BadReply (socket discarded)
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import math
 import os
+import ssl
 import tempfile
 import threading
 from collections.abc import Callable
@@ -55,13 +58,18 @@ from .defaults import (DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_INITIAL, DEFAULT_
                        DEFAULT_CHUNK_SIZE, DEFAULT_CONNECT_ATTEMPTS, DEFAULT_CONNECT_TIMEOUT,
                        DEFAULT_MAX_DOWNLOAD_BYTES, DEFAULT_POLL_INTERVAL, DEFAULT_TIMEOUT,
                        DEFAULT_WAIT_TIMEOUT, READ_ONLY_METHODS)
-from .errors import ConnectionLost, DownloadTooLarge, FrameRefused, NimbusClientError
+from .errors import (UNIX_PORT, ConnectionLost, DownloadTooLarge, FrameRefused,
+                     NimbusClientError)
 from .submit import submit_topology, wait_for_topology
+from .tls import ClientTls, client_context
 from .transport import FramedTransport
 
 log = structlog.get_logger(__name__)
 
 _MAX_SEQID = 0x7FFFFFFF
+#: Bytes of a Unix socket path, its terminating NUL included (sockaddr_un's sun_path
+#: on Linux): a longer one cannot be connected to at all.
+_MAX_UNIX_PATH = 108
 
 
 def _seconds(name: str, value: Any) -> float:
@@ -75,6 +83,38 @@ def _count(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer of at least {minimum}, not {value!r}.")
     return value
+
+
+def _tls_of(ssl_context: ssl.SSLContext | None, cert_file: Any, key_file: Any,
+            ca_file: Any) -> ClientTls | None:
+    files = {"cert_file": cert_file, "key_file": key_file, "ca_file": ca_file}
+    for name, value in files.items():
+        if value is not None and (not isinstance(value, (str, os.PathLike))
+                                  or not os.fspath(value)):
+            raise ValueError(f"{name} must be a path, not {value!r}.")
+    given = [name for name, value in files.items() if value is not None]
+    if ssl_context is not None:
+        if not isinstance(ssl_context, ssl.SSLContext):
+            raise ValueError(f"ssl_context must be an ssl.SSLContext, not {ssl_context!r}.")
+        if given:
+            raise ValueError(f"give either ssl_context or {', '.join(given)}, not both: "
+                             f"the context already says which certificates to use.")
+        return ClientTls(ssl_context)
+    if not given:
+        return None
+    return client_context(cert_file, key_file, ca_file)
+
+
+def _unix_path(path: Any) -> str:
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ValueError(f"unix_socket must be a path, not {path!r}.")
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        raise ValueError(f"unix_socket must be a path, not {path!r}.")
+    if len(os.fsencode(text)) >= _MAX_UNIX_PATH:
+        raise ValueError(f"unix_socket {text} is {len(os.fsencode(text))} bytes long; a Unix "
+                         f"socket path must be under {_MAX_UNIX_PATH} bytes.")
+    return text
 
 
 class NimbusClient(FramedTransport):
@@ -91,6 +131,10 @@ class NimbusClient(FramedTransport):
     several threads take turns (a lock held for the whole call, reconnection
     included), because one connection carries one call at a time.
 
+    Over TCP (plain, or TLS with ``ssl_context`` or certificate files) or a Unix
+    domain socket (``unix_socket``). A refused certificate is a :class:`TlsError`,
+    raised at once, never retried.
+
     Use it as a context manager, or call :meth:`close`.
     """
 
@@ -102,11 +146,16 @@ class NimbusClient(FramedTransport):
                  backoff_factor: float = DEFAULT_BACKOFF_FACTOR,
                  backoff_max: float = DEFAULT_BACKOFF_MAX,
                  max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-                 decoded_size_factor: float = DEFAULT_DECODED_SIZE_FACTOR) -> None:
-        """Set the client up; nothing is connected yet.
+                 decoded_size_factor: float = DEFAULT_DECODED_SIZE_FACTOR,
+                 ssl_context: ssl.SSLContext | None = None,
+                 cert_file: str | os.PathLike[str] | None = None,
+                 key_file: str | os.PathLike[str] | None = None,
+                 ca_file: str | os.PathLike[str] | None = None,
+                 unix_socket: str | os.PathLike[str] | None = None) -> None:
+        """Set the client up; nothing is connected yet (certificate files are read now).
 
         Args:
-            host, port: where Nimbus listens.
+            host, port: where Nimbus listens (ignored with ``unix_socket``).
             timeout: seconds one call may take, from sending to the whole reply.
             connect_timeout: seconds one connection attempt may take.
             connect_attempts: attempts per connect before NimbusUnavailable.
@@ -115,13 +164,31 @@ class NimbusClient(FramedTransport):
             max_frame_size: largest frame sent or read (without the 4-byte prefix).
             decoded_size_factor: memory a reply may decode to, per byte of its frame
                 (at least 1 MiB in all); past it the reply is a BadReply.
+            ssl_context: speak TLS with this client context (its certificate, the CAs
+                it trusts, its host name check); the server's name is ``host``.
+            cert_file, key_file, ca_file: speak TLS with a context made of these
+                files (PEM): the server's certificate is verified against ``ca_file``
+                (the system's CAs without it) and must name ``host``; ``cert_file``
+                and ``key_file`` are this client's certificate, presented to a server
+                that asks (mutual TLS). TLS 1.2 at least.
+            unix_socket: connect to the Unix domain socket at this path instead of
+                TCP; the daemon sees this client as its OS user. No TLS there.
 
         Raises:
-            ValueError: an argument out of range, in a sentence naming it.
+            ValueError: an argument out of range, a certificate file that cannot be
+                used, or settings that exclude each other, in a sentence naming it.
         """
-        if not isinstance(host, str) or not host:
+        if unix_socket is not None and any(
+                v is not None for v in (ssl_context, cert_file, key_file, ca_file)):
+            raise ValueError("unix_socket and TLS settings exclude each other: on the Unix "
+                             "socket the kernel tells the daemon who is calling, no "
+                             "certificate is used.")
+        tls = _tls_of(ssl_context, cert_file, key_file, ca_file)
+        if unix_socket is not None:
+            host, port = _unix_path(unix_socket), UNIX_PORT
+        elif not isinstance(host, str) or not host:
             raise ValueError(f"host must be a non-empty string, not {host!r}.")
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        elif isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
             raise ValueError(f"port must be an integer from 1 to 65535, not {port!r}.")
         timeout = _seconds("timeout", timeout)
         connect_timeout = _seconds("connect_timeout", connect_timeout)
@@ -149,7 +216,8 @@ class NimbusClient(FramedTransport):
         super().__init__(host, port, timeout=timeout, connect_timeout=connect_timeout,
                          connect_attempts=connect_attempts, backoff_delays=delays,
                          max_frame_size=max_frame_size,
-                         decoded_size_factor=decoded_size_factor)
+                         decoded_size_factor=decoded_size_factor, tls=tls,
+                         unix_socket=host if port == UNIX_PORT else None)
         self._closed = False
         self._seqid = 0
         self._lock = threading.Lock()
@@ -187,7 +255,8 @@ class NimbusClient(FramedTransport):
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "connected" if self._sock else "idle"
-        return f"<NimbusClient {self.address} {state}>"
+        tls = " tls" if self.tls is not None else ""
+        return f"<NimbusClient {self.address}{tls} {state}>"
 
     # ----------------------------------------------------------------- calls
 
@@ -198,6 +267,8 @@ class NimbusClient(FramedTransport):
         Raises:
             the method's declared IDL exceptions, as the server raised them.
             NimbusUnavailable: could not connect (nothing was sent).
+            TlsError: a certificate was refused, by this client or by the server
+                (nothing the server acted on was sent).
             NimbusTimeout: no complete reply within ``timeout``.
             FrameRefused: the request is over the client's or the server's frame limit.
             ConnectionLost: the connection broke mid-call (read-only methods were

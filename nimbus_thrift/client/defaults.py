@@ -7,6 +7,10 @@ must not pay for thriftpy2 or structlog.
 
 from __future__ import annotations
 
+#: Where the CLI looks for a nimbus given no host: where the daemon listens by default.
+#: An address, not "localhost", which may resolve to ::1 first.
+DEFAULT_HOST = "127.0.0.1"
+
 #: Seconds one call may take, sending included. Every Nimbus call is short (the
 #: slowest moves one upload chunk); 30 s matches the server's own frame-read and
 #: write timeouts, so a stuck peer surfaces in the same time on both sides.

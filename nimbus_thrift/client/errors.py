@@ -11,8 +11,16 @@ from ..rpc.errors import AppErrorCode
 from .defaults import READ_ONLY_METHODS
 
 
+#: The port of a client on a Unix domain socket, whose ``host`` is the socket's path
+#: (no TCP connection can be made to port 0, so the two cannot be confused).
+UNIX_PORT = 0
+
+
 def format_address(host: str, port: int) -> str:
-    """``host:port``, or ``[host]:port`` for an IPv6 address."""
+    """``host:port``, ``[host]:port`` for an IPv6 address, ``unix:PATH`` for a Unix
+    socket (``port`` :data:`UNIX_PORT`, ``host`` the path)."""
+    if port == UNIX_PORT:
+        return f"unix:{host}"
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
@@ -42,6 +50,27 @@ class NimbusUnavailable(NimbusClientError):
         plural = "attempt" if attempts == 1 else "attempts"
         super().__init__(f"no nimbus at {format_address(host, port)}: {reason} "
                          f"(after {attempts} {plural} over {elapsed:.1f} s)", host, port)
+
+
+class TlsError(NimbusClientError):
+    """The TLS handshake failed, or the server refused this client's certificate right
+    after it (TLS 1.3 says so on the first read). Never retried: the same certificates
+    fail the same way. Nothing the server acted on was sent.
+
+    ``refused`` is ``"server"`` when this client refused the server's certificate,
+    ``"client"`` when the server refused this client's (or its absence), None when the
+    two could not speak TLS at all. ``cause`` names why: ``unknown_ca``, ``expired``,
+    ``not_yet_valid``, ``revoked``, ``hostname``, ``no_client_cert``, ``bad_cert``,
+    ``handshake_failure``, ``not_tls``, ``protocol`` or ``other``.
+    """
+
+    def __init__(self, host: str, port: int, refused: str | None, cause: str,
+                 reason: str) -> None:
+        self.refused = refused
+        self.cause = cause
+        self.reason = reason
+        super().__init__(f"TLS with nimbus at {format_address(host, port)} failed: {reason}",
+                         host, port)
 
 
 class NimbusTimeout(NimbusClientError):

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parents[2]
 ATTACKER = "127.0.0.2"
@@ -109,9 +110,12 @@ class GoodClient(threading.Thread):
     """Calls echo on one connection from 127.0.0.1 until stopped; a call that fails
     or exceeds its 60 s timeout is recorded as such (and the client reconnects)."""
 
-    def __init__(self, address: tuple[str, int]) -> None:
+    def __init__(self, address: tuple[str, int],
+                 wrap: Callable[[socket.socket], socket.socket] | None = None) -> None:
         super().__init__(daemon=True)
         self.address = address
+        #: Applied to each new connection (a TLS wrap, for the TLS rows).
+        self.wrap = wrap
         self.latencies: list[float] = []
         self.failures: list[str] = []
         self.stop = threading.Event()
@@ -123,6 +127,8 @@ class GoodClient(threading.Thread):
             try:
                 if sock is None:
                     sock = connect(self.address, GOOD, timeout=60)
+                    if self.wrap is not None:
+                        sock = self.wrap(sock)
                 sock.sendall(echo_frame("ping"))
                 recv_frame(sock)
                 self.latencies.append(time.monotonic() - started)

@@ -758,3 +758,41 @@ def test_reply_to_another_call_is_a_bad_reply(fake_factory):
         with pytest.raises(BadReply, match="answers deactivate #2, not deactivate #1"):
             client.deactivate("wc")
         assert not client.connected
+
+
+# --------------------------------------------------------------------------- TLS and Unix arguments
+
+
+@pytest.mark.parametrize("kwargs, text", [
+    ({"unix_socket": "/tmp/n.sock", "ca_file": "/ca.pem"},
+     "unix_socket and TLS settings exclude each other"),
+    ({"unix_socket": "/tmp/n.sock", "ssl_context": "ctx"},
+     "unix_socket and TLS settings exclude each other"),
+    ({"ssl_context": "ctx"}, "ssl_context must be an ssl.SSLContext, not 'ctx'."),
+    ({"unix_socket": ""}, "unix_socket must be a path, not ''."),
+    ({"unix_socket": 5}, "unix_socket must be a path, not 5."),
+    ({"ca_file": 5}, "ca_file must be a path, not 5."),
+    ({"cert_file": ""}, "cert_file must be a path, not ''."),
+    ({"ssl_context": None, "key_file": "/k.pem"},
+     "key_file /k.pem was given without cert_file"),
+])
+def test_tls_and_unix_arguments_are_value_errors_with_a_sentence(kwargs, text):
+    with pytest.raises(ValueError) as info:
+        NimbusClient("127.0.0.1", **kwargs)
+    assert text in str(info.value)
+
+
+def test_ssl_context_excludes_certificate_files():
+    import ssl
+    with pytest.raises(ValueError, match="give either ssl_context or cert_file, ca_file, "
+                                         "not both"):
+        NimbusClient("127.0.0.1", ssl_context=ssl.create_default_context(),
+                     cert_file="/c.pem", ca_file="/ca.pem")
+
+
+def test_with_a_unix_socket_host_and_port_are_its_path_and_port_0():
+    client = NimbusClient("ignored", 1, unix_socket="/run/nimbus.sock")
+    assert (client.host, client.port, client.address) == ("/run/nimbus.sock", 0,
+                                                          "unix:/run/nimbus.sock")
+    assert client.tls is None
+    client.close()
