@@ -32,7 +32,7 @@ from .lazy import lazy_exports
 _EXPORTS = {
     "BadReply": "client", "ConnectionLost": "client", "FrameRefused": "client",
     "NimbusClient": "client", "NimbusClientError": "client", "NimbusTimeout": "client",
-    "NimbusUnavailable": "client", "ServerError": "client",
+    "NimbusUnavailable": "client", "ServerError": "client", "TlsError": "client",
     "OptionError": "rpc.options", "ServerOptions": "rpc.options",
     "Server": "rpc.server", "make_server": "rpc.server",
     "MetricsSnapshot": "rpc.metrics",
@@ -41,7 +41,8 @@ _EXPORTS = {
 
 if TYPE_CHECKING:
     from .client import (BadReply, ConnectionLost, FrameRefused, NimbusClient,
-                         NimbusClientError, NimbusTimeout, NimbusUnavailable, ServerError)
+                         NimbusClientError, NimbusTimeout, NimbusUnavailable, ServerError,
+                         TlsError)
     from .rpc.context import RequestInfo, current_request
     from .rpc.metrics import MetricsSnapshot
     from .rpc.options import OptionError, ServerOptions
@@ -49,8 +50,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BadReply", "ConnectionLost", "FrameRefused", "MetricsSnapshot", "NimbusClient",
            "NimbusClientError", "NimbusTimeout", "NimbusUnavailable", "OptionError",
-           "RequestInfo", "Server", "ServerError", "ServerOptions", "current_request",
-           "make_server"]
+           "RequestInfo", "Server", "ServerError", "ServerOptions", "TlsError",
+           "current_request", "make_server"]
 __version__ = "0.1.0"
 
 
