@@ -3,6 +3,8 @@ variables and command-line flags (each overriding the one before), validated, fr
 
 YAML keys are the field names below (``data_dir`` or ``data-dir``); environment
 variables are ``NIMBUS_THRIFT_`` + the field name in capitals (``NIMBUS_THRIFT_PORT``).
+Lists of principals (``admins``, ``users``) are YAML lists, or comma-separated strings
+in the environment and flags (``NIMBUS_THRIFT_ADMINS=alice,ops``).
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import typing
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..idl import NIMBUS_PORT, default_data_dir
+from ..idl import NIMBUS_PORT, UNIX_SOCKET_NAME, default_data_dir
 # The server library's defaults are already Storm's (64 workers as nimbus.thrift.threads,
 # storm.thrift.socket.timeout.ms's 10 minutes idle); the daemon keeps them.
 from ..rpc.options import (DEFAULT_DECODED_SIZE_FACTOR, DEFAULT_FIRST_REQUEST_TIMEOUT,
@@ -94,6 +97,9 @@ DEFAULT_MAX_TOPOLOGIES = 500
 #: outcome then shows in the topology's status): a spark-submit spawns in well under
 #: a second, a stop may take stop_grace_secs + 5 s.
 DEFAULT_LAUNCHER_REPLY_WAIT_SECS = 1.0
+#: Bytes of a Unix socket's path, the terminating NUL excluded: sun_path is 108 bytes
+#: on Linux, and bind() refuses a longer path.
+MAX_UNIX_SOCKET_PATH_BYTES = 107
 
 
 class ConfigError(ValueError):
@@ -188,10 +194,41 @@ class NimbusConfig:
     launcher_reply_wait_secs: float = DEFAULT_LAUNCHER_REPLY_WAIT_SECS
     log_level: str = "info"
     log_format: str = "auto"
+    #: Principals allowed everything (Storm's nimbus.admins).
+    admins: tuple[str, ...] = ()
+    #: Principals allowed to use the service at all: submit, upload and the cluster-wide
+    #: reads (Storm's nimbus.users); empty means every principal.
+    users: tuple[str, ...] = ()
+    #: The daemon's certificate (PEM, its chain after it) and private key: with both,
+    #: the TCP port speaks TLS only.
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    #: CA certificates (PEM) client certificates must be signed by: with it, every TCP
+    #: client must present one, and its subject's CN is the request's principal.
+    tls_client_ca_file: Path | None = None
+    #: Listen on a non-loopback host without mutual TLS (anyone who can reach the port
+    #: is then "anonymous", and may do what the ACLs let anonymous do).
+    insecure: bool = False
+    #: The Unix socket local users connect to (their OS user is the principal); None
+    #: means ``<data_dir>/nimbus.sock``, empty turns it off. Read it with
+    #: :meth:`unix_socket_path`.
+    unix_socket: str | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             _check(f.name, getattr(self, f.name))
+        _check_tls(self)
+
+    def unix_socket_path(self) -> Path | None:
+        """Where the daemon's Unix socket is (None: turned off)."""
+        if self.unix_socket is None:
+            return self.data_dir / UNIX_SOCKET_NAME
+        return Path(self.unix_socket) if self.unix_socket else None
+
+    @property
+    def mutual_tls(self) -> bool:
+        """True when every TCP client must present a certificate the daemon checks."""
+        return self.tls_cert_file is not None and self.tls_client_ca_file is not None
 
 
 _LIMITS = {  # field -> (lowest allowed, inclusive)
@@ -234,7 +271,59 @@ def _check(name: str, value: Any) -> None:
                           f"not {value!r}")
     if _TYPES[name] is bool and not isinstance(value, bool):
         raise ConfigError(f"{name} must be true or false, not {value!r}")
+    if _TYPES[name] == _PRINCIPALS:
+        _check_principals(name, value)
+    if _TYPES[name] == _OPTIONAL_PATH and value is not None and not isinstance(value, Path):
+        raise ConfigError(f"{name} must be a path, not {value!r}")
+    if name == "unix_socket" and value is not None:
+        if not isinstance(value, str):
+            raise ConfigError(f"unix_socket must be a path, or empty to turn it off, "
+                              f"not {value!r}")
+        size = len(os.fsencode(value))
+        if size > MAX_UNIX_SOCKET_PATH_BYTES:
+            raise ConfigError(f"unix_socket {value!r} is {size} bytes long; a Unix socket "
+                              f"path may have at most {MAX_UNIX_SOCKET_PATH_BYTES}")
 
+
+def _check_principals(name: str, value: Any) -> None:
+    if not isinstance(value, tuple):
+        raise ConfigError(f"{name} must be a list of principals, not {value!r}")
+    for principal in value:
+        # Names are compared as they are: padding or a control character is a mistake
+        # (a copied line end) that would never match a certificate's CN or a user.
+        if not isinstance(principal, str) or not principal or principal != principal.strip() \
+                or any(unicodedata.category(c).startswith("C") for c in principal):
+            raise ConfigError(f"{name} must list principal names (non-empty, without "
+                              f"surrounding spaces or control characters), not {principal!r}")
+
+
+def _check_tls(config: "NimbusConfig") -> None:
+    """The TLS files go together and must be readable files."""
+    cert, key, ca = config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file
+    if (cert is None) != (key is None):
+        given, missing = ("tls_cert_file", "tls_key_file") if cert is not None \
+            else ("tls_key_file", "tls_cert_file")
+        raise ConfigError(f"{given} is set but {missing} is not: the daemon's certificate "
+                          "and its private key go together")
+    if ca is not None and cert is None:
+        raise ConfigError("tls_client_ca_file needs tls_cert_file and tls_key_file as well: "
+                          "clients check the daemon's certificate before they show theirs")
+    for name, path in (("tls_cert_file", cert), ("tls_key_file", key),
+                       ("tls_client_ca_file", ca)):
+        if path is None:
+            continue
+        try:
+            with open(path, "rb") as f:     # what the daemon's user can read, root or not
+                f.read(1)
+        except OSError as exc:
+            raise ConfigError(f"{name} {str(path)!r} cannot be read: "
+                              f"{exc.strerror or exc}") from None
+
+
+#: The declared types of the settings that are not plain scalars.
+_PRINCIPALS = tuple[str, ...]
+_OPTIONAL_PATH = Path | None
+_OPTIONAL_STR = str | None
 
 _FIELDS = {f.name: f for f in dataclasses.fields(NimbusConfig)}
 _TYPES: dict[str, type] = typing.get_type_hints(NimbusConfig)
@@ -243,6 +332,19 @@ _TYPES: dict[str, type] = typing.get_type_hints(NimbusConfig)
 def _coerce(name: str, value: Any, source: str) -> Any:
     kind = _TYPES[name]
     try:
+        if kind == _PRINCIPALS:
+            return _principals(value)
+        if kind == _OPTIONAL_PATH:
+            if value is None or value == "":
+                return None
+            if not isinstance(value, (str, Path)):
+                raise ValueError
+            return Path(value).expanduser().absolute()
+        if name == "unix_socket":
+            if not isinstance(value, (str, Path)):
+                raise ValueError
+            # Absolute: the daemon may be started from anywhere, clients look for it.
+            return str(Path(value).expanduser().absolute()) if str(value) else ""
         if kind is bool:
             if isinstance(value, bool):
                 return value
@@ -267,9 +369,29 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         return value
     except (TypeError, ValueError):
         expected = {int: "an integer", float: "a number", Path: "a path", str: "a string",
-                    bool: "true or false"}
+                    bool: "true or false",
+                    _PRINCIPALS: "a list of principal names (comma-separated in the "
+                                 "environment and flags)",
+                    _OPTIONAL_PATH: "a path (or empty)",
+                    _OPTIONAL_STR: "a path, or empty to turn it off"}
         raise ConfigError(f"{source}: {name} must be {expected[kind]}, not {value!r}") \
             from None
+
+
+def _principals(value: Any) -> tuple[str, ...]:
+    """A YAML list, or a comma-separated string (the environment, flags), as a tuple
+    of names; numbers are names too (a user without a login name is its uid)."""
+    if isinstance(value, str):
+        items: list[Any] = [part.strip() for part in value.split(",")]
+        return tuple(item for item in items if item)
+    if not isinstance(value, (list, tuple)):
+        raise ValueError
+    names = []
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, (str, int)):
+            raise ValueError
+        names.append(str(item))
+    return tuple(names)
 
 
 def load_config(file: Path | None = None, env: Mapping[str, str] | None = None,
@@ -334,6 +456,11 @@ def _from_file(path: Path) -> dict[str, Any]:
 
 
 def to_public(config: NimbusConfig) -> dict[str, Any]:
-    """The configuration as JSON-ready values (paths as strings)."""
-    return {name: (str(v) if isinstance(v, Path) else v)
-            for name, v in dataclasses.asdict(config).items()}
+    """The configuration as JSON-ready values (paths as strings, lists as lists, the
+    Unix socket where it is: its path, or empty when off)."""
+    public = {name: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple)
+                     else v)
+              for name, v in dataclasses.asdict(config).items()}
+    socket = config.unix_socket_path()
+    public["unix_socket"] = str(socket) if socket is not None else ""
+    return public

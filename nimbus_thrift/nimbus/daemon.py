@@ -3,6 +3,8 @@ stopped in the right order.
 
     data_dir/
       nimbus.lock          held (flock) while a daemon uses the directory
+      nimbus.sock          the Unix socket local users connect to (unless unix_socket
+                           puts it elsewhere or turns it off)
       nimbus.sqlite3       state (WAL: also -wal and -shm files)
       inbox/               uploads: <id>.part while open, <id>.zip once finished
       topologies/<id>/     per-topology work directory (the launcher's; for the spark
@@ -16,27 +18,39 @@ a daemon runs the process's umask is 077, so what it and the processes it starts
 other people's code on other people's data; uploaded code, confs (which may hold
 credentials), checkpoints with keyed state and logs of tuples must not be readable by
 every local user.
+
+The socket file is made 0660, but inside the 0700 data directory only the daemon's
+user can reach it: a team shares a daemon through a socket placed (``unix_socket``) in
+a directory its group may enter.
+
+Who may connect at all: on a loopback address anyone on the machine (their calls are
+"anonymous", and the ACLs apply to them); on any other address only with mutual TLS
+(``tls_cert_file``, ``tls_key_file``, ``tls_client_ca_file``), unless ``insecure`` says
+otherwise.
 """
 
 from __future__ import annotations
 
 import fcntl
+import ipaddress
 import os
+import socket
 import stat
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import structlog
 
 from ..idl import nimbus_idl
 from ..rpc.server import Server, make_server
-from .config import NimbusConfig
+from .config import MAX_UNIX_SOCKET_PATH_BYTES, ConfigError, NimbusConfig
 from .handler import NimbusHandler
 from .launcher import Launcher
 from .launchers import load_launcher
 from .store import Store
+from .tlsconf import server_ssl_context
 
 log = structlog.get_logger(__name__)
 
@@ -106,6 +120,63 @@ class DaemonError(Exception):
     """The daemon cannot start; the message says why."""
 
 
+def is_loopback(host: str) -> bool:
+    """True if every address ``host`` names is a loopback address (127.0.0.0/8, ::1).
+    A name that does not resolve counts as not loopback."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return False
+    addresses = {info[4][0] for info in infos}
+    return bool(addresses) and all(
+        ipaddress.ip_address(str(a).split("%", 1)[0]).is_loopback for a in addresses)
+
+
+def check_exposure(config: NimbusConfig) -> None:
+    """Refuse a non-loopback host without mutual TLS, unless ``insecure`` is set: the
+    daemon runs the code it is sent, so whoever reaches the port must be known.
+
+    Raises:
+        DaemonError: one sentence naming the settings.
+    """
+    if config.mutual_tls or config.insecure or is_loopback(config.host):
+        return
+    raise DaemonError(
+        f"refusing to listen on {config.host}, which is not a loopback address, without "
+        "mutual TLS: set tls_cert_file, tls_key_file and tls_client_ca_file (--tls-cert, "
+        "--tls-key, --tls-client-ca), or insecure: true (--insecure) to let anyone who "
+        "reaches the port submit code as 'anonymous'")
+
+
+def unix_socket_of(config: NimbusConfig) -> Path | None:
+    """The Unix socket to listen on, or None (turned off, or the default path inside
+    a data directory too deep for a socket: logged).
+
+    Raises:
+        DaemonError: a ``unix_socket`` set explicitly whose directory does not exist.
+    """
+    path = config.unix_socket_path()
+    if path is None:
+        return None
+    if config.unix_socket is None and len(os.fsencode(str(path))) > MAX_UNIX_SOCKET_PATH_BYTES:
+        log.warning("unix_socket_off", path=str(path),
+                    reason=f"the path is longer than the {MAX_UNIX_SOCKET_PATH_BYTES} bytes "
+                           "a Unix socket may have; set unix_socket to a shorter one")
+        return None
+    if config.unix_socket is not None:
+        if not path.parent.is_dir():
+            raise DaemonError(f"cannot listen on unix_socket {path}: its directory "
+                              f"{path.parent} does not exist")
+        if not os.access(path.parent, os.W_OK | os.X_OK):
+            raise DaemonError(f"cannot listen on unix_socket {path}: the daemon's user "
+                              f"may not create files in {path.parent}")
+    return path
+
+
 class NimbusDaemon:
     """One nimbus: ``start()`` returns once it listens, ``stop()`` is graceful."""
 
@@ -128,6 +199,18 @@ class NimbusDaemon:
             OSError: the address cannot be bound.
         """
         config = self.config
+        check_exposure(config)
+        try:
+            ssl_context = server_ssl_context(config)
+        except ConfigError as exc:
+            raise DaemonError(str(exc)) from None
+        if os.geteuid() == 0:
+            # Not refused: containers often run as root. But every topology's code runs
+            # with the daemon's rights.
+            log.warning("running_as_root",
+                        detail="topologies run as the daemon's user: submitted code runs "
+                               "as root; run the daemon as an unprivileged user")
+        unix_socket = unix_socket_of(config)
         try:
             config.data_dir.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
         except OSError as exc:
@@ -157,6 +240,11 @@ class NimbusDaemon:
             for directory in (self.handler.transfers.inbox, self.handler.topologies_dir):
                 force_mode(directory, DIR_MODE)
             self.handler.recover()
+            transport: dict[str, Any] = {}
+            if unix_socket is not None:
+                transport["unix_socket"] = str(unix_socket)
+            if ssl_context is not None:
+                transport["ssl_context"] = ssl_context
             self.server = make_server(
                 nimbus_idl().Nimbus, self.handler, host=config.host, port=config.port,
                 worker_threads=config.worker_threads, max_frame_size=config.max_frame_size,
@@ -170,15 +258,24 @@ class NimbusDaemon:
                 max_connections_per_peer=config.max_connections_per_peer or None,
                 max_unsent_reply_bytes=config.max_unsent_reply_bytes,
                 send_buffer_size=config.send_buffer_size or None,
-                decoded_size_factor=config.decoded_size_factor)
-            address = self.server.start()
+                decoded_size_factor=config.decoded_size_factor, **transport)
+            try:
+                address = self.server.start()
+            except OSError as exc:
+                if unix_socket is None or exc.filename != str(unix_socket):
+                    raise
+                raise DaemonError(f"cannot listen on unix_socket {unix_socket}: "
+                                  f"{exc.strerror or exc}") from None
             self.handler.start(address)
         except BaseException:
             self._close_state()
             raise
         log.info("nimbus_started", host=address[0], port=address[1],
                  data_dir=str(config.data_dir), launcher=config.launcher,
-                 topologies=len(self.store.topologies()))
+                 topologies=len(self.store.topologies()),
+                 tls="mutual" if config.mutual_tls else "on" if ssl_context else "off",
+                 unix_socket=str(unix_socket) if unix_socket is not None else None,
+                 admins=len(config.admins), users=len(config.users) or "everyone")
         return address
 
     def stop(self, grace: float = 10.0) -> None:

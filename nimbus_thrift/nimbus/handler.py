@@ -18,6 +18,11 @@ Locking (no cheap request holds shared state for long):
   ``launcher_reply_wait_secs`` for its outcome, then answers;
 - read-only calls take no lock at all (the store gives them their own connection).
 
+Authorization (:mod:`.authz`): every IDL method checks its caller by its rule in
+:data:`.authz.METHODS` first, before it validates, locks, writes or queues anything;
+a refusal is the IDL's AuthorizationException and an audit event (:mod:`.audit`), as
+is every state-changing call whatever its outcome.
+
 Errors the IDL declares go back as themselves (NotAliveException, ...). Errors Storm
 reports as a bare RuntimeException (an unknown upload location, activating a KILLED
 topology) go back as a TApplicationException INTERNAL_ERROR whose message is one
@@ -49,6 +54,7 @@ from ..topology.validate import (MAX_EXECUTORS_PER_TOPOLOGY, MAX_WORKERS,
                                  TOPOLOGY_DEFAULTS, InvalidTopology, TopologyPlan,
                                  check_count, check_name, check_topology, parse_conf)
 from .admission import check_admission, default_budget
+from .authz import Authorizer, Call, acl_conf_problem, daemon_principal, unclassified
 from .background import Job, SerialQueues
 from .codecheck import parse_in_child
 from .config import NimbusConfig
@@ -106,8 +112,15 @@ class NimbusHandler(NimbusQueries):
 
     def __init__(self, idl: ModuleType, config: NimbusConfig, store: Store,
                  launcher: Launcher, *, clock: Callable[[], float] = time.time):
+        missing = unclassified(idl.Nimbus)
+        if missing:
+            raise ValueError("methods of service Nimbus missing from nimbus/authz.py's "
+                             "METHODS (who may call them): " + ", ".join(missing))
         self.idl = idl
         self.config = config
+        self.authz = Authorizer(config.admins, config.users)
+        #: Who owns what the daemon itself submits (outside a request).
+        self.daemon_principal = daemon_principal()
         self.store = store
         self.launcher = launcher
         self.clock = clock
@@ -207,17 +220,28 @@ class NimbusHandler(NimbusQueries):
             self.transfers.sweep()
 
     # --- submit ---------------------------------------------------------------------
+    @_client_errors
     def submitTopology(self, name: str, uploadedJarLocation: str, jsonConf: str,
                        topology: Any) -> None:
-        self.submitTopologyWithOpts(name, uploadedJarLocation, jsonConf, topology, None)
+        with self._gate("submitTopology", topology=name) as call:
+            self._submit(call, name, uploadedJarLocation, jsonConf, topology, None)
 
     @_client_errors
     def submitTopologyWithOpts(self, name: str, uploadedJarLocation: str, jsonConf: str,
                                topology: Any, options: Any) -> None:
+        with self._gate("submitTopologyWithOpts", topology=name) as call:
+            self._submit(call, name, uploadedJarLocation, jsonConf, topology, options)
+
+    def _submit(self, call: Call, name: str, uploadedJarLocation: str, jsonConf: str,
+                topology: Any, options: Any) -> None:
+        self.authz.check(call)
         check_name(name)
         if topology is None:
             raise InvalidTopology("no topology was sent")
         conf = parse_conf(jsonConf, "the topology configuration")
+        problem = acl_conf_problem(conf)
+        if problem is not None:
+            raise InvalidTopology(problem)
         initial = getattr(options, "initial_status", None)
         if initial is None:
             initial = self.idl.TopologyInitialStatus.ACTIVE
@@ -234,6 +258,11 @@ class NimbusHandler(NimbusQueries):
             raise InvalidTopology(str(exc)) from None
         self._check_name_free(name)          # early, before the costly code check
         upload = self._upload_at(uploadedJarLocation)
+        self.authz.check_upload(call, uploadedJarLocation,
+                                self.transfers.began_by(upload.id))
+        # The owner is who submitted, never what the conf claims: Storm's Nimbus too
+        # overwrites topology.submitter.* with the authenticated submitter.
+        owner = call.principal if call.principal is not None else self.daemon_principal
         plan = self._check_code(topology, conf, upload.id)
         with ExitStack() as held:
             with self._names_lock:
@@ -255,12 +284,14 @@ class NimbusHandler(NimbusQueries):
                     held.enter_context(self._locks.hold(topology_id))
                     full_conf = {**plan.conf,
                                  "topology.name": name,
+                                 "topology.submitter.principal": owner,
+                                 "topology.submitter.user": owner,
                                  "storm.id": topology_id,
                                  "nimbus-thrift.code.location": upload.location,
                                  "nimbus-thrift.code.sha256": upload.sha256}
                     rec = TopologyRecord(
                         id=topology_id, name=name, status=status.value, prev_status=None,
-                        owner=str(conf.get("topology.submitter.user") or ""),
+                        owner=owner,
                         submitted_at=now, num_workers=plan.num_workers,
                         executors=plan.executors, tasks=plan.tasks, conf=full_conf,
                         topology=serialize(topology, self._protocol),
@@ -274,6 +305,7 @@ class NimbusHandler(NimbusQueries):
                     except BaseException:
                         shutil.rmtree(work_dir, ignore_errors=True)
                         raise
+            call.subject["topology_id"] = topology_id
             log.info("topology_submitted", topology=topology_id, status=status.value,
                      components=len(plan.components), executors=sum(plan.executors.values()),
                      code_sha256=upload.sha256)
@@ -368,21 +400,31 @@ class NimbusHandler(NimbusQueries):
 
     # --- lifecycle ------------------------------------------------------------------
     @contextmanager
-    def _locked(self, name: Any) -> Iterator[TopologyRecord]:
-        """Hold the topology named ``name``'s lock; yield its record as of now."""
+    def _locked(self, call: Call, name: Any) -> Iterator[TopologyRecord]:
+        """If ``call`` may control the topology named ``name`` (checked before the lock
+        is taken: its owner and conf never change), hold its lock; yield its record
+        as of now."""
         rec = self._alive(name)
+        call.subject["topology_id"] = rec.id
+        self.authz.check(call, self._acl(rec))
         with self._locks.hold(rec.id):
             current = self.store.topology(rec.id)
             if current is None:         # removed while this call waited for the lock
                 raise self.idl.NotAliveException(msg=f"no topology named {name!r}")
             yield current
 
+    @_client_errors
     def killTopology(self, name: str) -> None:
-        self.killTopologyWithOpts(name, None)
+        with self._gate("killTopology", topology=name) as call:
+            self._kill(call, name, None)
 
     @_client_errors
     def killTopologyWithOpts(self, name: str, options: Any) -> None:
-        with self._locked(name) as rec:
+        with self._gate("killTopologyWithOpts", topology=name) as call:
+            self._kill(call, name, options)
+
+    def _kill(self, call: Call, name: str, options: Any) -> None:
+        with self._locked(call, name) as rec:
             wait = getattr(options, "wait_secs", None)
             if wait is None:
                 wait = rec.conf.get("topology.message.timeout.secs",
@@ -403,14 +445,16 @@ class NimbusHandler(NimbusQueries):
 
     @_client_errors
     def activate(self, name: str) -> None:
-        self._toggle(name, Event.ACTIVATE)
+        with self._gate("activate", topology=name) as call:
+            self._toggle(call, name, Event.ACTIVATE)
 
     @_client_errors
     def deactivate(self, name: str) -> None:
-        self._toggle(name, Event.DEACTIVATE)
+        with self._gate("deactivate", topology=name) as call:
+            self._toggle(call, name, Event.DEACTIVATE)
 
-    def _toggle(self, name: str, event: Event) -> None:
-        with self._locked(name) as rec:
+    def _toggle(self, call: Call, name: str, event: Event) -> None:
+        with self._locked(call, name) as rec:
             target = next_status(name, Status(rec.status), event)
             assert isinstance(target, Status)
             if target.value == rec.status:
@@ -423,7 +467,11 @@ class NimbusHandler(NimbusQueries):
 
     @_client_errors
     def rebalance(self, name: str, options: Any) -> None:
-        with self._locked(name) as rec:
+        with self._gate("rebalance", topology=name) as call:
+            self._rebalance(call, name, options)
+
+    def _rebalance(self, call: Call, name: str, options: Any) -> None:
+        with self._locked(call, name) as rec:
             wait = getattr(options, "wait_secs", None)
             workers = getattr(options, "num_workers", None)
             executors = getattr(options, "num_executors", None) or {}
@@ -551,29 +599,55 @@ class NimbusHandler(NimbusQueries):
     # --- code transfer --------------------------------------------------------------
     @_client_errors
     def beginFileUpload(self) -> str:
-        return self.transfers.begin_upload()
+        with self._gate("beginFileUpload") as call:
+            self.authz.check(call)
+            location = self.transfers.begin_upload(owner=call.principal)
+            call.subject["upload"] = location
+            return location
 
     @_client_errors
     def uploadChunk(self, location: str, chunk: bytes) -> None:
-        self.transfers.upload_chunk(location, chunk or b"")
+        with self._gate("uploadChunk", upload=location) as call:
+            self._check_own_upload(call, location)
+            self.transfers.upload_chunk(location, chunk or b"")
 
     @_client_errors
     def finishFileUpload(self, location: str) -> None:
-        self.transfers.finish_upload(location)
+        with self._gate("finishFileUpload", upload=location) as call:
+            self._check_own_upload(call, location)
+            self.transfers.finish_upload(location)
+
+    def _check_own_upload(self, call: Call, location: str) -> None:
+        up = self.transfers.find(location)
+        if up is not None:          # else the transfer call says it does not exist
+            self.authz.check_upload(call, location, self.transfers.began_by(up.id))
 
     @_client_errors
     def beginFileDownload(self, file: str) -> str:
-        rec = self.store.topology(file) if isinstance(file, str) else None
-        upload = self.store.upload(rec.code_upload) if rec is not None else \
-            self.transfers.completed(file) if isinstance(file, str) else None
-        if upload is None or upload.state != "complete":
-            raise TransferError(f"{file!r} is neither a topology id nor the location of a "
-                                "finished upload")
-        return self.transfers.begin_download(upload)
+        with self._gate("beginFileDownload", file=file) as call:
+            rec = self.store.topology(file) if isinstance(file, str) else None
+            if rec is not None:
+                call.subject["topology_id"] = rec.id
+                self.authz.check(call, self._acl(rec))
+                upload = self.store.upload(rec.code_upload)
+            else:
+                upload = self.transfers.completed(file) if isinstance(file, str) else None
+                if upload is not None:
+                    self.authz.check_upload(call, file, self.transfers.began_by(upload.id))
+            if upload is None or upload.state != "complete":
+                raise TransferError(f"{file!r} is neither a topology id nor the location "
+                                    "of a finished upload")
+            session = self.transfers.begin_download(upload, owner=call.principal)
+            call.subject["download"] = session
+            return session
 
     @_client_errors
     def downloadChunk(self, id: str) -> bytes:
-        return self.transfers.download_chunk(id)
+        with self._gate("downloadChunk", download=id) as call:
+            exists, began_by = self.transfers.download_owner(id)
+            if exists:              # else the transfer call says it does not exist
+                self.authz.check_download(call, id, began_by)
+            return self.transfers.download_chunk(id)
 
     # --- launcher -------------------------------------------------------------------
     def _work_dir(self, topology_id: str) -> Path:

@@ -6,13 +6,18 @@ derived from a record (its decoded structure, its listed counts) is cached per t
 id, which never changes. :class:`NimbusQueries` is the read half of
 :class:`~.handler.NimbusHandler` (which extends it and owns the attributes declared
 here), so both halves reach the daemon's state as attributes of one handler object.
+
+Every IDL method, in both halves, runs inside :meth:`NimbusQueries._gate`: the call's
+principal is checked by the rule of :data:`.authz.METHODS` before the method reads or
+changes anything, and its outcome goes to the audit log (:mod:`.audit`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -23,6 +28,8 @@ from thriftpy2.utils import deserialize
 from .. import __version__
 from ..topology.streams import STATEFUL_KEY
 from ..topology.validate import TOPOLOGY_DEFAULTS, InvalidTopology, check_name, task_ranges
+from .audit import audited
+from .authz import Authorizer, Call, TopologyAcl, Unauthorized
 from .config import NimbusConfig, to_public
 from .launcher import Launcher, RunStatus
 from .listing import CountsCache, number, text
@@ -42,6 +49,7 @@ class NimbusQueries:
 
     idl: ModuleType
     config: NimbusConfig
+    authz: Authorizer
     store: Store
     launcher: Launcher
     clock: Callable[[], float]
@@ -52,7 +60,33 @@ class NimbusQueries:
     _protocol: Any
     _structs: dict[str, Any]
 
+    @contextmanager
+    def _gate(self, operation: str, **subject: Any) -> Iterator[Call]:
+        """Run one IDL call: yields its :class:`~.authz.Call` (the method checks it
+        with ``self.authz`` before it reads or changes anything), records the outcome
+        in the audit log, and answers a refusal with the IDL's AuthorizationException."""
+        call = Call.current(operation, **subject)
+        try:
+            with audited(call):
+                yield call
+        except Unauthorized as exc:
+            raise self.idl.AuthorizationException(msg=str(exc)) from None
+
+    def _acl(self, rec: TopologyRecord) -> TopologyAcl:
+        return TopologyAcl.of(rec.id, rec.owner, rec.conf)
+
+    def _readable(self, call: Call, topology_id: Any) -> TopologyRecord:
+        """The topology ``topology_id``, if ``call`` may read it."""
+        rec = self._by_id(topology_id)
+        self.authz.check(call, self._acl(rec))
+        return rec
+
     def getNimbusConf(self) -> str:
+        with self._gate("getNimbusConf") as call:
+            self.authz.check(call)
+            return self._nimbus_conf()
+
+    def _nimbus_conf(self) -> str:
         host, port = self.address
         storm = {
             "nimbus.seeds": [host],
@@ -70,6 +104,13 @@ class NimbusQueries:
                            "nimbus-thrift.bound.port": port}, sort_keys=True)
 
     def getClusterInfo(self) -> Any:
+        # Every topology is listed to every user, as Storm does: names, owners and
+        # counts are not secret; confs, code and details are (the topology rules).
+        with self._gate("getClusterInfo") as call:
+            self.authz.check(call)
+            return self._cluster_info()
+
+    def _cluster_info(self) -> Any:
         nodes = self.launcher.nodes()
         now = self.clock()
         supervisors = [self.idl.SupervisorSummary(
@@ -81,23 +122,33 @@ class NimbusQueries:
         self._counts.keep_only({row.id for row in rows})
         return self.idl.ClusterSummary(
             supervisors=supervisors, nimbus_uptime_secs=_secs(now - self.started_at),
-            topologies=topologies, nimbuses=[self.getLeader()])
+            topologies=topologies, nimbuses=[self._leader()])
 
     def getLeader(self) -> Any:
+        with self._gate("getLeader") as call:
+            self.authz.check(call)
+            return self._leader()
+
+    def _leader(self) -> Any:
         host, port = self.address
         return self.idl.NimbusSummary(host=host, port=port,
                                       uptime_secs=_secs(self.clock() - self.started_at),
                                       isLeader=True, version=__version__)
 
     def isTopologyNameAllowed(self, name: str) -> bool:
-        try:
-            check_name(name)
-        except InvalidTopology:
-            return False
-        return not self.store.name_taken(name)
+        with self._gate("isTopologyNameAllowed") as call:
+            self.authz.check(call)
+            try:
+                check_name(name)
+            except InvalidTopology:
+                return False
+            return not self.store.name_taken(name)
 
     def getTopologyInfo(self, id: str) -> Any:
-        rec = self._by_id(id)
+        with self._gate("getTopologyInfo", topology=id) as call:
+            return self._topology_info(self._readable(call, id))
+
+    def _topology_info(self, rec: TopologyRecord) -> Any:
         now = self.clock()
         run = self._run_status(rec.id)
         executors = []
@@ -137,14 +188,17 @@ class NimbusQueries:
             sched_status=run.detail, owner=rec.owner)
 
     def getTopologyConf(self, id: str) -> str:
-        return json.dumps(self._by_id(id).conf, sort_keys=True)
+        with self._gate("getTopologyConf", topology=id) as call:
+            return json.dumps(self._readable(call, id).conf, sort_keys=True)
 
     def getTopology(self, id: str) -> Any:
         # Storm adds its system components (ackers, metrics) here; there are none on Spark.
-        return self.getUserTopology(id)
+        with self._gate("getTopology", topology=id) as call:
+            return self._topology_struct(self._readable(call, id))
 
     def getUserTopology(self, id: str) -> Any:
-        return self._topology_struct(self._by_id(id))
+        with self._gate("getUserTopology", topology=id) as call:
+            return self._topology_struct(self._readable(call, id))
 
     def _by_id(self, topology_id: Any) -> TopologyRecord:
         rec = self.store.topology(topology_id) if isinstance(topology_id, str) else None

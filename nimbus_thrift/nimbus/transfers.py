@@ -9,13 +9,20 @@ sends.
 
 Upload life::
 
-    begin ─► open: <id>.part grows one chunk at a time; the row records the size
+    begin ─► <id>.owner (the principal), then the row
+    open: <id>.part grows one chunk at a time; the row records the size
                │     acknowledged (the file may be longer after a crash: trimmed back)
                ├── no chunk for file_copy_expiration_secs ─► deleted
                ├── over max_upload_bytes ─► deleted, the client told why
                └── finish: fsync, sha256, rename to <id>.zip, fsync dir, commit
     complete ─► used by submits; deleted retention_secs after completion if no
                 topology uses it
+
+Ownership: an upload belongs to the principal that began it, a download session to
+the principal that opened it (the handler checks them, :mod:`.authz`). An upload's
+owner is kept in memory and in ``<id>.owner`` beside its file, written before its row
+(so an upload resumed after a restart is still its owner's); an upload without one
+(begun outside a request) has no known owner, and only admins may use it.
 
 Limits (:class:`TransferLimits`, from the daemon's settings): uploads and downloads in
 progress per client address (an upload's slot is its peer's from begin to finish,
@@ -51,6 +58,9 @@ log = structlog.get_logger(__name__)
 MAX_OPEN_UPLOADS = 256
 #: Download sessions at once; each is a few hundred bytes of memory.
 MAX_DOWNLOADS = 4096
+#: Bytes of an ``<id>.owner`` file read back at recovery: a principal is a user name or
+#: a certificate's CN (at most 64 characters by RFC 5280), so more is damage.
+MAX_OWNER_BYTES = 1024
 
 
 class TransferError(Exception):
@@ -111,6 +121,8 @@ class _Download:
     offset: int
     touched_at: float
     peer: str | None = None
+    #: The principal that opened the session (None: outside a request).
+    owner: str | None = None
 
 
 class Transfers:
@@ -135,6 +147,7 @@ class Transfers:
         self._upload_locks: dict[str, threading.Lock] = {}
         self._downloads: dict[str, _Download] = {}
         self._upload_peer: dict[str, str] = {}          # open upload id -> its peer
+        self._upload_owner: dict[str, str] = {}         # upload id -> its principal
         self._uploads_of: dict[str, int] = {}           # peer -> open uploads
         self._downloads_of: dict[str, int] = {}         # peer -> open downloads
         # Acknowledged bytes of every upload row, plus chunks being written.
@@ -156,6 +169,22 @@ class Transfers:
         """Downloads in progress from ``peer`` (an address)."""
         with self._lock:
             return self._downloads_of.get(peer, 0)
+
+    def began_by(self, upload_id: str) -> str | None:
+        """The principal that began the upload; None if not known (begun outside a
+        request, or before the daemon restarted)."""
+        with self._lock:
+            return self._upload_owner.get(upload_id)
+
+    def find(self, location: object) -> Upload | None:
+        """The upload (open or complete) at ``location``, or None."""
+        return self.store.upload_at(location) if isinstance(location, str) else None
+
+    def download_owner(self, session: object) -> tuple[bool, str | None]:
+        """Whether the download session exists, and the principal that opened it."""
+        with self._lock:
+            dl = self._downloads.get(session) if isinstance(session, str) else None
+            return (dl is not None, dl.owner if dl is not None else None)
 
     def _stored_bytes(self) -> int:
         return sum(up.bytes for up in self.store.uploads())
@@ -179,10 +208,13 @@ class Transfers:
     def code_path(self, upload_id: str) -> Path:
         return self.inbox / f"{upload_id}.zip"
 
+    def owner_path(self, upload_id: str) -> Path:
+        return self.inbox / f"{upload_id}.owner"
+
     # --- uploads --------------------------------------------------------------------
-    def begin_upload(self, peer: str | None = None) -> str:
-        """Start an upload for ``peer`` (an address; None: the current request's);
-        return its location.
+    def begin_upload(self, peer: str | None = None, owner: str | None = None) -> str:
+        """Start an upload for ``peer`` (an address; None: the current request's),
+        owned by the principal ``owner`` (None: not known); return its location.
 
         Raises:
             TransferRefused: the daemon's or the peer's open uploads are at their limit,
@@ -213,18 +245,26 @@ class Transfers:
                 if peer is not None:
                     self._upload_peer[upload_id] = peer
                     self._uploads_of[peer] = held + 1
+                if owner is not None:
+                    self._upload_owner[upload_id] = owner
         if refusal:
             raise self._refuse(peer, name, refusal)
         now = self.clock()
         location = str(self.code_path(upload_id))
         try:
             self.part_path(upload_id).touch(exist_ok=False)
+            if owner is not None:
+                self.owner_path(upload_id).write_bytes(owner.encode("utf-8", "surrogatepass"))
             self.store.insert_upload(Upload(upload_id, location, "open", 0, None, now, now,
                                             None))
         except BaseException:
             self._release_upload_slot(upload_id)
+            with self._lock:
+                self._upload_owner.pop(upload_id, None)
+            for path in (self.part_path(upload_id), self.owner_path(upload_id)):
+                path.unlink(missing_ok=True)
             raise
-        log.info("upload_begun", upload=upload_id)
+        log.info("upload_begun", upload=upload_id, owner=owner)
         return location
 
     def upload_chunk(self, location: str, chunk: bytes) -> None:
@@ -358,17 +398,19 @@ class Transfers:
     def _delete_upload(self, up: Upload) -> None:
         """Delete ``up`` (its current row) and its file; its bytes and slot come back."""
         self.store.delete_upload(up.id)
-        for path in (self.part_path(up.id), self.code_path(up.id)):
+        for path in (self.part_path(up.id), self.code_path(up.id), self.owner_path(up.id)):
             path.unlink(missing_ok=True)
         self._release_upload_slot(up.id)
         with self._lock:
             self._upload_locks.pop(up.id, None)
+            self._upload_owner.pop(up.id, None)
             self._inbox_bytes -= up.bytes
 
     # --- downloads ------------------------------------------------------------------
-    def begin_download(self, up: Upload, peer: str | None = None) -> str:
+    def begin_download(self, up: Upload, peer: str | None = None,
+                       owner: str | None = None) -> str:
         """Open a download session over a complete upload for ``peer`` (an address;
-        None: the current request's); return its id.
+        None: the current request's), owned by the principal ``owner``; return its id.
 
         Raises:
             TransferRefused: the daemon's or the peer's downloads are at their limit.
@@ -388,7 +430,8 @@ class Transfers:
                     "max_downloads_per_peer"
             else:
                 session = uuid.uuid4().hex
-                self._downloads[session] = _Download(path, up.bytes, 0, self.clock(), peer)
+                self._downloads[session] = _Download(path, up.bytes, 0, self.clock(), peer,
+                                                     owner)
                 if peer is not None:
                     self._downloads_of[peer] = held + 1
                 return session
@@ -455,8 +498,9 @@ class Transfers:
 
         An open upload keeps what was acknowledged (its file is trimmed to the recorded
         size) and gets a fresh expiry; one whose file is shorter than acknowledged (a
-        power cut before the data reached the disk) is dropped. Files no row claims are
-        deleted: they are unacknowledged leftovers.
+        power cut before the data reached the disk) is dropped. A kept upload's owner
+        is read back from its ``<id>.owner``. Files no row claims are deleted: they are
+        unacknowledged leftovers.
         """
         now = self.clock()
         claimed = set()
@@ -486,6 +530,12 @@ class Transfers:
                     final.unlink(missing_ok=True)
                 else:
                     claimed.add(final.name)     # kept with its row, not swept as a leftover
+        owners = {}
+        for up in self.store.uploads():         # the rows kept
+            owner = self._read_owner(up.id)
+            if owner is not None:
+                owners[up.id] = owner
+                claimed.add(self.owner_path(up.id).name)
         for path in self.inbox.iterdir():
             if path.name not in claimed:
                 log.info("inbox_leftover_removed", file=path.name)
@@ -494,6 +544,29 @@ class Transfers:
                 path.unlink(missing_ok=True)
         with self._lock:        # before any request: nothing is in flight
             self._inbox_bytes = self._stored_bytes()
+            self._upload_owner = owners
+
+    def _read_owner(self, upload_id: str) -> str | None:
+        """The principal in ``<id>.owner``; None if there is none or it is damaged
+        (then only admins may use the upload)."""
+        path = self.owner_path(upload_id)
+        try:
+            with open(path, "rb") as f:
+                data = f.read(MAX_OWNER_BYTES + 1)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            log.warning("upload_owner_unreadable", upload=upload_id, error=str(exc))
+            return None
+        try:
+            owner = data.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            owner = ""
+        if not owner or len(data) > MAX_OWNER_BYTES:
+            log.warning("upload_owner_unreadable", upload=upload_id,
+                        error=f"{path.name} holds no principal ({len(data)} bytes)")
+            return None
+        return owner
 
 
 class _Locked:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import io
 import threading
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from nimbus_thrift.nimbus import NimbusDaemon, nimbus_idl
 from nimbus_thrift.nimbus.launcher import ComponentStats, LaunchSpec, RunStatus, WorkerNode
+from nimbus_thrift.rpc.context import REQUEST
 
 N = nimbus_idl()
 
@@ -193,3 +196,77 @@ class BlockingLauncher(FakeLauncher):
             if not gate.wait(self.limit):
                 raise RuntimeError(f"{method} was never released")
         super()._record(method, topology_id)
+
+
+# --- requests as a principal, and the audit log (authorization tests) ----------------
+
+@contextmanager
+def request_as(principal: str | None, method: str = "call",
+               peer: str = "127.0.0.1:40000") -> Iterator[None]:
+    """Run the block as the handler of a request from ``principal`` (None: plain TCP,
+    which the daemon calls "anonymous"), as the server's dispatcher would."""
+    token = REQUEST.set((peer, method, 1, principal))
+    try:
+        yield
+    finally:
+        REQUEST.reset(token)
+
+
+@contextmanager
+def audit_events() -> Iterator[Callable[[], list[dict[str, Any]]]]:
+    """Capture log events; yields a function returning those logged so far on the audit
+    logger (``nimbus_thrift.audit``), with the request context merged as the CLI's
+    configuration does."""
+    import structlog
+    from structlog.testing import LogCapture
+
+    from nimbus_thrift.nimbus.audit import AUDIT_LOGGER
+    from nimbus_thrift.rpc.context import merge_request_context
+
+    capture = LogCapture()
+    old = structlog.get_config()
+    structlog.configure(processors=[merge_request_context, structlog.stdlib.add_logger_name,
+                                    capture])
+    try:
+        yield lambda: [e for e in capture.entries if e.get("logger") == AUDIT_LOGGER]
+    finally:
+        structlog.configure(**old)
+
+
+# --- certificates (made with the openssl command; the cryptography package is absent) --
+
+def _openssl(directory: Path, *args: str) -> None:
+    import subprocess
+    subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True,
+                   timeout=60)
+
+
+def _test_ca(directory: Path, name: str) -> None:
+    _openssl(directory, "req", "-x509", "-newkey", "ec", "-pkeyopt",
+             "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", f"{name}.key",
+             "-out", f"{name}.pem", "-days", "2", "-subj", f"/CN={name}")
+
+
+def _test_cert(directory: Path, name: str, cn: str, ca: str) -> None:
+    _openssl(directory, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+             "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={cn}")
+    (directory / f"{name}.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    _openssl(directory, "x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem",
+             "-CAkey", f"{ca}.key", "-CAcreateserial", "-out", f"{name}.pem", "-days", "2",
+             "-extfile", f"{name}.ext")
+
+
+def make_test_pki(directory: Path) -> Path:
+    """In ``directory``: a CA (``ca.pem``, ``ca.key``), a server certificate for
+    localhost and 127.0.0.1 (``server.pem``, ``server.key``) and a client certificate
+    with CN alice (``alice.*``) it signed, a client certificate another CA signed
+    (``stranger.*``, CA ``other-ca.*``), and the server's key encrypted with the
+    passphrase "secret" (``encrypted.key``). Returns ``directory``."""
+    _test_ca(directory, "ca")
+    _test_ca(directory, "other-ca")
+    _test_cert(directory, "server", "localhost", "ca")
+    _test_cert(directory, "alice", "alice", "ca")
+    _test_cert(directory, "stranger", "stranger", "other-ca")
+    _openssl(directory, "pkey", "-in", "server.key", "-aes256", "-passout", "pass:secret",
+             "-out", "encrypted.key")
+    return directory

@@ -1,17 +1,22 @@
 """The daemon's configuration (nimbus_thrift.nimbus.config): file < environment < flags,
-every value checked once with a sentence naming the key and where it came from."""
+every value checked once with a sentence naming the key and where it came from; and the
+TLS context made from it (nimbus_thrift.nimbus.tlsconf), with certificates made by the
+openssl command and handshakes in memory."""
 
 from __future__ import annotations
 
 import dataclasses
+import ssl
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from support.nimbus import make_test_pki
 from nimbus_thrift.idl import NIMBUS_PORT as DEFAULT_PORT
 from nimbus_thrift.nimbus.config import (ENV_PREFIX, ConfigError, NimbusConfig,
                                          load_config, to_public)
+from nimbus_thrift.nimbus.tlsconf import server_ssl_context
 
 FIELDS = [f.name for f in dataclasses.fields(NimbusConfig)]
 
@@ -327,3 +332,239 @@ def test_transfer_limits_from_environment_and_defaults() -> None:
             loaded.max_inbox_bytes) == (3, 0, 1 << 20)
     with pytest.raises(ConfigError, match="max_uploads_per_peer must be at least 1, not 0"):
         load_config(env={"NIMBUS_THRIFT_MAX_UPLOADS_PER_PEER": "0"})
+
+
+# --- principals (admins, users) ---------------------------------------------------------
+
+def test_principals_from_yaml_lists_environment_and_flags(tmp_path: Path) -> None:
+    path = yaml_file(tmp_path, "admins: [ops, 'Alice Smith']\nusers:\n  - alice\n  - 1001\n")
+    cfg = config(path)
+    assert cfg.admins == ("ops", "Alice Smith") and cfg.users == ("alice", "1001")
+    assert config(env={ENV_PREFIX + "ADMINS": " ops , root,,"}).admins == ("ops", "root")
+    assert config(env={ENV_PREFIX + "USERS": ""}).users == ()
+    assert config(path, users="bob,carol").users == ("bob", "carol")        # flag: a string
+    assert config(path, users=["bob"]).users == ("bob",)                     # or a list
+    assert NimbusConfig().admins == () and NimbusConfig().users == ()
+    assert to_public(cfg)["admins"] == ["ops", "Alice Smith"]
+
+
+@pytest.mark.parametrize("text,shown", [("admins: {ops: 1}\n", "{'ops': 1}"),
+                                        ("admins: [true]\n", "[True]"),
+                                        ("admins: [[a]]\n", "[['a']]"),
+                                        ("admins: 5\n", "5"), ("admins:\n", "None")])
+def test_principals_of_the_wrong_type(tmp_path: Path, text: str, shown: str) -> None:
+    path = yaml_file(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        config(path)
+    assert str(info.value) == (f"config file {path}: admins must be a list of principal "
+                               f"names (comma-separated in the environment and flags), "
+                               f"not {shown}")
+
+
+@pytest.mark.parametrize("name", [" ops", "ops\n", "", "o\x00ps", "ops\u200b"])
+def test_principal_names_are_checked(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config(users=[name])
+    assert str(info.value) == (
+        f"invalid configuration: users must list principal names (non-empty, without "
+        f"surrounding spaces or control characters), not {name!r}")
+
+
+def test_principals_built_directly_must_be_a_tuple() -> None:
+    with pytest.raises(ConfigError, match=r"admins must be a list of principals, "
+                                          r"not \['ops'\]"):
+        NimbusConfig(admins=["ops"])            # type: ignore[arg-type]
+
+
+# --- transport: TLS files, insecure, the Unix socket ------------------------------------
+
+def test_transport_defaults(tmp_path: Path) -> None:
+    cfg = config(data_dir=str(tmp_path / "d"))
+    assert (cfg.tls_cert_file, cfg.tls_key_file, cfg.tls_client_ca_file, cfg.insecure) == \
+        (None, None, None, False)
+    assert not cfg.mutual_tls
+    assert cfg.unix_socket is None
+    assert cfg.unix_socket_path() == tmp_path / "d" / "nimbus.sock"
+    assert to_public(cfg)["unix_socket"] == str(tmp_path / "d" / "nimbus.sock")
+    assert to_public(cfg)["tls_cert_file"] is None
+
+
+def test_the_default_socket_follows_the_data_dir(tmp_path: Path) -> None:
+    cfg = dataclasses.replace(config(), data_dir=tmp_path / "elsewhere")
+    assert cfg.unix_socket_path() == tmp_path / "elsewhere" / "nimbus.sock"
+
+
+def test_unix_socket_set_or_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                       ) -> None:
+    monkeypatch.chdir(tmp_path)
+    cfg = config(unix_socket="run/n.sock")
+    assert cfg.unix_socket_path() == tmp_path / "run" / "n.sock"       # made absolute
+    off = config(env={ENV_PREFIX + "UNIX_SOCKET": ""})
+    assert off.unix_socket == "" and off.unix_socket_path() is None
+    assert to_public(off)["unix_socket"] == ""
+    assert config(yaml_file(tmp_path, "unix-socket: ''\n")).unix_socket_path() is None
+
+
+def test_unix_socket_refusals(tmp_path: Path) -> None:
+    path = yaml_file(tmp_path, "unix_socket:\n")
+    with pytest.raises(ConfigError) as info:
+        config(path)
+    assert str(info.value) == (f"config file {path}: unix_socket must be a path, or empty "
+                               "to turn it off, not None")
+    long = "/" + "s" * 107
+    with pytest.raises(ConfigError) as info:
+        config(unix_socket=long)
+    assert str(info.value) == (f"invalid configuration: unix_socket {long!r} is 108 bytes "
+                               "long; a Unix socket path may have at most 107")
+
+
+@pytest.mark.parametrize("value,expected", [("yes", True), ("false", False), ("1", True)])
+def test_insecure_is_a_boolean(value: str, expected: bool) -> None:
+    assert config(env={ENV_PREFIX + "INSECURE": value}).insecure is expected
+    with pytest.raises(ConfigError, match="insecure must be true or false, not 'maybe'"):
+        config(env={ENV_PREFIX + "INSECURE": "maybe"})
+
+
+def test_tls_files_together(pki: Path) -> None:
+    cert, key, ca = pki / "server.pem", pki / "server.key", pki / "ca.pem"
+    both = config(tls_cert_file=str(cert), tls_key_file=str(key))
+    assert (both.tls_cert_file, both.tls_key_file, both.mutual_tls) == (cert, key, False)
+    mutual = config(env={ENV_PREFIX + "TLS_CERT_FILE": str(cert),
+                         ENV_PREFIX + "TLS_KEY_FILE": str(key),
+                         ENV_PREFIX + "TLS_CLIENT_CA_FILE": str(ca)})
+    assert mutual.mutual_tls and mutual.tls_client_ca_file == ca
+    assert config(env={ENV_PREFIX + "TLS_CERT_FILE": ""}).tls_cert_file is None
+    with pytest.raises(ConfigError) as info:
+        config(tls_cert_file=str(cert))
+    assert str(info.value) == ("invalid configuration: tls_cert_file is set but tls_key_file "
+                               "is not: the daemon's certificate and its private key go "
+                               "together")
+    with pytest.raises(ConfigError, match="tls_key_file is set but tls_cert_file is not"):
+        config(tls_key_file=str(key))
+    with pytest.raises(ConfigError) as info:
+        config(tls_client_ca_file=str(ca))
+    assert str(info.value) == ("invalid configuration: tls_client_ca_file needs "
+                               "tls_cert_file and tls_key_file as well: clients check the "
+                               "daemon's certificate before they show theirs")
+
+
+def test_tls_files_must_be_readable(pki: Path, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    key = pki / "server.key"
+    missing = tmp_path / "absent.pem"
+    with pytest.raises(ConfigError) as info:
+        config(tls_cert_file=str(missing), tls_key_file=str(key))
+    assert str(info.value) == (f"invalid configuration: tls_cert_file {str(missing)!r} "
+                               "cannot be read: No such file or directory")
+    with pytest.raises(ConfigError, match=f"tls_cert_file '{tmp_path}' cannot be read: "
+                                          "Is a directory"):
+        config(tls_cert_file=str(tmp_path), tls_key_file=str(key))
+    # chmod 0 does not stop root, which these tests may run as: fail the open instead.
+    from nimbus_thrift.nimbus import config as config_module
+    real_open = open
+
+    def denied(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if Path(path) == key:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+    monkeypatch.setattr(config_module, "open", denied, raising=False)
+    with pytest.raises(ConfigError, match=f"tls_key_file '{key}' cannot be read: "
+                                          "Permission denied"):
+        config(tls_cert_file=str(pki / "server.pem"), tls_key_file=str(key))
+
+
+# --- the server's TLS context (nimbus/tlsconf.py) ----------------------------------------
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_test_pki(tmp_path_factory.mktemp("pki"))
+
+
+def _handshake(server_context: ssl.SSLContext, client_context: ssl.SSLContext
+               ) -> ssl.SSLObject:
+    """A TLS handshake between the two contexts in memory; the server's end, or the
+    server's SSLError."""
+    bios = [ssl.MemoryBIO() for _ in range(4)]
+    server = server_context.wrap_bio(bios[0], bios[1], server_side=True)
+    client = client_context.wrap_bio(bios[2], bios[3], server_hostname="localhost")
+    done = {"server": False, "client": False}
+    for _ in range(20):
+        for side, end, out, into in (("client", client, bios[3], bios[0]),
+                                     ("server", server, bios[1], bios[2])):
+            if not done[side]:
+                try:
+                    end.do_handshake()
+                    done[side] = True
+                except ssl.SSLWantReadError:
+                    pass
+            data = out.read()
+            if data:
+                into.write(data)
+        if all(done.values()):
+            # TLS 1.3: the server checks the client's certificate after the client is
+            # done; a refusal shows on the server's first read.
+            try:
+                server.read(1)
+            except ssl.SSLWantReadError:
+                pass
+            return server
+    raise AssertionError("the handshake did not finish")
+
+
+def _client(pki: Path, cert: str | None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    if cert is not None:
+        context.load_cert_chain(str(pki / f"{cert}.pem"), str(pki / f"{cert}.key"))
+    return context
+
+
+def test_no_tls_without_a_certificate() -> None:
+    assert server_ssl_context(config()) is None
+
+
+def test_server_context_without_client_certificates(pki: Path) -> None:
+    context = server_ssl_context(config(tls_cert_file=str(pki / "server.pem"),
+                                        tls_key_file=str(pki / "server.key")))
+    assert context is not None
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert context.options & ssl.OP_NO_COMPRESSION
+    assert context.verify_mode == ssl.CERT_NONE
+    server = _handshake(context, _client(pki, None))      # the chain was loaded: verified
+    assert server.version() in ("TLSv1.2", "TLSv1.3")
+    assert server.getpeercert() is None
+
+
+def test_server_context_with_a_client_ca(pki: Path) -> None:
+    context = server_ssl_context(config(tls_cert_file=str(pki / "server.pem"),
+                                        tls_key_file=str(pki / "server.key"),
+                                        tls_client_ca_file=str(pki / "ca.pem")))
+    assert context is not None and context.verify_mode == ssl.CERT_REQUIRED
+    assert [dict(x[0] for x in ca["subject"])["commonName"]
+            for ca in context.get_ca_certs()] == ["ca"]
+    server = _handshake(context, _client(pki, "alice"))
+    subject = dict(x[0] for x in server.getpeercert()["subject"])
+    assert subject["commonName"] == "alice"
+    for refused in (None, "stranger"):       # none presented; another CA's
+        with pytest.raises(ssl.SSLError):
+            _handshake(context, _client(pki, refused))
+
+
+def test_server_context_refusals_are_sentences(pki: Path, tmp_path: Path) -> None:
+    cert, key = str(pki / "server.pem"), str(pki / "server.key")
+    with pytest.raises(ConfigError) as info:
+        server_ssl_context(config(tls_cert_file=cert, tls_key_file=str(pki / "alice.key")))
+    assert str(info.value) == (f"tls_key_file {str(pki / 'alice.key')!r} is not the private "
+                               f"key of tls_cert_file {cert!r}")
+    encrypted = str(pki / "encrypted.key")
+    with pytest.raises(ConfigError) as info:
+        server_ssl_context(config(tls_cert_file=cert, tls_key_file=encrypted))
+    assert str(info.value) == (f"tls_key_file {encrypted!r} is encrypted; the daemon needs "
+                               "it without a passphrase (readable by its user only)")
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    with pytest.raises(ConfigError, match=f"^cannot load tls_cert_file '{garbage}' with "
+                                          f"tls_key_file '{key}': "):
+        server_ssl_context(config(tls_cert_file=str(garbage), tls_key_file=key))
+    with pytest.raises(ConfigError, match=f"^cannot load tls_client_ca_file '{garbage}': "):
+        server_ssl_context(config(tls_cert_file=cert, tls_key_file=key,
+                                  tls_client_ca_file=str(garbage)))

@@ -31,6 +31,20 @@ LOCAL_HOST = "127.0.0.1"
 LOG_ROTATE_BYTES = 50 << 20
 #: Confs the launcher must own: it reads the UI port back to report it.
 RESERVED_CONFS = frozenset({"spark.ui.port"})
+#: What a topology's Spark application takes from the daemon's environment: what the
+#: JVM, Python, Spark and Hadoop need to run and find their own configuration. Nothing
+#: else passes: not the daemon's settings (NIMBUS_THRIFT_*, among them the paths of
+#: its TLS key), not whatever else its environment holds (cloud credentials, tokens).
+#: Submitted code runs with the daemon's user; it gets no more than it must.
+INHERITED_VARIABLES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+    "LD_LIBRARY_PATH", "SSL_CERT_FILE", "SSL_CERT_DIR",
+    "JAVA_HOME", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS",
+    "HADOOP_HOME", "HADOOP_CONF_DIR", "YARN_CONF_DIR",
+    "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV",
+})
+#: Prefixes of inherited variables: locale categories, Spark's and PySpark's own.
+INHERITED_PREFIXES = ("LC_", "SPARK_", "PYSPARK_")
 
 
 def free_port() -> int:
@@ -145,11 +159,16 @@ def _conf_value(value: Any) -> str | None:
     return str(value)
 
 
-def environment(work_dir: Path, home: Path | None) -> dict[str, str]:
-    """The application's environment: this Python for the driver and workers, ``home``
-    as SPARK_HOME (the mirror of PySpark's), loopback, and the topology's code on
+def environment(work_dir: Path, home: Path | None,
+                base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The application's environment, built explicitly: the variables of ``base``
+    (the daemon's, ``os.environ``) named by :data:`INHERITED_VARIABLES` and
+    :data:`INHERITED_PREFIXES`, this Python for the driver and workers, ``home`` as
+    SPARK_HOME (the mirror of PySpark's), loopback, and the topology's code on
     PYTHONPATH (the driver-side Python data source runner does not see ``--py-files``)."""
-    env = dict(os.environ)
+    base = os.environ if base is None else base
+    env = {name: value for name, value in base.items()
+           if name in INHERITED_VARIABLES or name.startswith(INHERITED_PREFIXES)}
     env["PYSPARK_PYTHON"] = sys.executable
     env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     env["SPARK_LOCAL_IP"] = LOCAL_HOST

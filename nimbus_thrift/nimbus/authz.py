@@ -1,0 +1,268 @@
+"""Who may call what: every method of ``service Nimbus`` in one table, and the rules
+of Storm's ``SimpleACLAuthorizer`` with this daemon's names.
+
+Theory of operation. A request's **principal** is what its transport established
+(:func:`nimbus_thrift.current_request`): the OS user on the Unix socket, the client
+certificate's CN on mutual TLS, and :data:`ANONYMOUS` on plain TCP. A call made outside
+a request (recovery, timers, an embedding program) is the daemon itself: never checked.
+
+Each method has one :class:`Rule`:
+
+=============  ====================================================================
+USER           ``admins``, and every principal if ``users`` is empty, else those in it
+TOPOLOGY       ``admins``, the topology's owner (who submitted it), ``topology.users``
+TOPOLOGY_READ  as TOPOLOGY, and ``topology.readonly.users``
+CODE           a topology's code: as TOPOLOGY_READ; a finished upload: as UPLOAD
+UPLOAD         ``admins`` and the principal that began the upload
+DOWNLOAD       the principal that began the download session, nobody else
+=============  ====================================================================
+
+A submit is USER, and its upload must also pass UPLOAD: nobody submits code someone
+else uploaded. A refusal is :class:`Unauthorized` (the handler answers the IDL's
+``AuthorizationException``), raised before the call changes anything.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import pwd
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from ..rpc.context import current_request
+
+#: The principal of a request whose transport says nothing about the client (plain TCP).
+ANONYMOUS = "anonymous"
+#: Topology conf keys (Storm's names): principals who may control the topology, and
+#: principals who may only read its conf, structure, code and information.
+TOPOLOGY_USERS = "topology.users"
+TOPOLOGY_READONLY_USERS = "topology.readonly.users"
+
+
+class Rule(enum.Enum):
+    USER = "user"
+    TOPOLOGY = "topology"
+    TOPOLOGY_READ = "topology-read"
+    CODE = "code"
+    UPLOAD = "upload"
+    DOWNLOAD = "download"
+
+
+@dataclass(frozen=True)
+class Method:
+    rule: Rule
+    #: Every call is an audit event (refused, failed or done). Refusals of the other
+    #: methods are audit events too; their successes are not (reads, and the chunks of
+    #: a transfer, which its begin and finish bracket: one line per 300 KiB would
+    #: drown the audit log).
+    audit_all: bool
+
+
+#: Every method of ``service Nimbus`` (idl/nimbus.thrift) and who may call it. The
+#: handler refuses to start if the IDL has a method missing here.
+METHODS: dict[str, Method] = {
+    "submitTopology": Method(Rule.USER, audit_all=True),
+    "submitTopologyWithOpts": Method(Rule.USER, audit_all=True),
+    "killTopology": Method(Rule.TOPOLOGY, audit_all=True),
+    "killTopologyWithOpts": Method(Rule.TOPOLOGY, audit_all=True),
+    "activate": Method(Rule.TOPOLOGY, audit_all=True),
+    "deactivate": Method(Rule.TOPOLOGY, audit_all=True),
+    "rebalance": Method(Rule.TOPOLOGY, audit_all=True),
+    "beginFileUpload": Method(Rule.USER, audit_all=True),
+    "uploadChunk": Method(Rule.UPLOAD, audit_all=False),
+    "finishFileUpload": Method(Rule.UPLOAD, audit_all=True),
+    "beginFileDownload": Method(Rule.CODE, audit_all=True),
+    "downloadChunk": Method(Rule.DOWNLOAD, audit_all=False),
+    "getNimbusConf": Method(Rule.USER, audit_all=False),
+    "getClusterInfo": Method(Rule.USER, audit_all=False),
+    "getLeader": Method(Rule.USER, audit_all=False),
+    "isTopologyNameAllowed": Method(Rule.USER, audit_all=False),
+    "getTopologyInfo": Method(Rule.TOPOLOGY_READ, audit_all=False),
+    "getTopologyConf": Method(Rule.TOPOLOGY_READ, audit_all=False),
+    "getTopology": Method(Rule.TOPOLOGY_READ, audit_all=False),
+    "getUserTopology": Method(Rule.TOPOLOGY_READ, audit_all=False),
+}
+
+
+def unclassified(service: Any) -> list[str]:
+    """The methods of a thriftpy2 service (``idl.Nimbus``) missing from :data:`METHODS`."""
+    return sorted(set(service.thrift_services) - set(METHODS))
+
+
+def daemon_principal() -> str:
+    """The daemon's own OS user: the owner of what it submits outside a request (what
+    the Unix socket would call that user too)."""
+    uid = os.geteuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+@dataclass
+class Call:
+    """One call of an IDL method: who made it and what it is about (for the audit)."""
+
+    operation: str
+    #: None: the daemon itself (no request), never checked nor audited.
+    principal: str | None
+    peer: str | None
+    #: What the call names (topology, topology_id, upload, download), as the audit
+    #: line shows it; filled in as the call learns more.
+    subject: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def current(cls, operation: str, **subject: Any) -> "Call":
+        """The call ``operation`` of the request this thread is processing."""
+        assert operation in METHODS, operation
+        request = current_request()
+        if request is None:
+            return cls(operation, None, None, dict(subject))
+        principal = request.principal if request.principal is not None else ANONYMOUS
+        return cls(operation, principal, request.peer, dict(subject))
+
+
+@dataclass(frozen=True)
+class TopologyAcl:
+    """What the topology rules need of one topology."""
+
+    topology: str           # its id
+    owner: str
+    users: frozenset[str]
+    readonly_users: frozenset[str]
+
+    @classmethod
+    def of(cls, topology_id: str, owner: str, conf: Mapping[str, Any]) -> "TopologyAcl":
+        return cls(topology_id, owner, principals_in(conf, TOPOLOGY_USERS),
+                   principals_in(conf, TOPOLOGY_READONLY_USERS))
+
+
+def principals_in(conf: Mapping[str, Any], key: str) -> frozenset[str]:
+    """The principals a topology conf lists under ``key``; a value that is not a list
+    of strings (a row stored before submits checked it) grants nothing."""
+    value = conf.get(key)
+    if not isinstance(value, list):
+        return frozenset()
+    return frozenset(p for p in value if isinstance(p, str) and p)
+
+
+def acl_conf_problem(conf: Mapping[str, Any]) -> str | None:
+    """Why a submitted conf's ACL keys are unusable, or None."""
+    for key in (TOPOLOGY_USERS, TOPOLOGY_READONLY_USERS):
+        value = conf.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(p, str) and p for p in value):
+            return f"{key} must be a list of principal names, not {value!r}"
+    return None
+
+
+class Unauthorized(Exception):
+    """A call its principal may not make; the message names the principal, the
+    operation and what it was about."""
+
+    def __init__(self, principal: str, operation: str, what: str, allowed: str):
+        self.principal = principal
+        self.operation = operation
+        self.what = what
+        super().__init__(f"{principal!r} may not call {operation}{what}: {allowed}")
+
+
+class Authorizer:
+    """The rules of the table, for one daemon's ``admins`` and ``users``."""
+
+    def __init__(self, admins: Iterable[str] = (), users: Iterable[str] = ()):
+        self.admins = frozenset(admins)
+        self.users = frozenset(users)
+
+    # --- the rules --------------------------------------------------------------------
+    def is_admin(self, principal: str) -> bool:
+        return principal in self.admins
+
+    def may_use(self, principal: str) -> bool:
+        """USER: may use the service at all."""
+        return self.is_admin(principal) or not self.users or principal in self.users
+
+    def may_control(self, principal: str, acl: TopologyAcl) -> bool:
+        """TOPOLOGY: may kill, activate, deactivate and rebalance it."""
+        return self.is_admin(principal) or principal == acl.owner or principal in acl.users
+
+    def may_read(self, principal: str, acl: TopologyAcl) -> bool:
+        """TOPOLOGY_READ: may read its conf, structure, code and information."""
+        return self.may_control(principal, acl) or principal in acl.readonly_users
+
+    def may_use_upload(self, principal: str, began_by: str | None) -> bool:
+        """UPLOAD: ``began_by`` None is an upload whose owner is not known (begun
+        outside a request, or before the daemon restarted): admins only."""
+        return self.is_admin(principal) or (began_by is not None and principal == began_by)
+
+    @staticmethod
+    def may_use_download(principal: str, began_by: str | None) -> bool:
+        """DOWNLOAD: a session is its beginner's alone (admins start their own)."""
+        return began_by is not None and principal == began_by
+
+    # --- checks, by the table ---------------------------------------------------------
+    def check(self, call: Call, topology: TopologyAcl | None = None) -> None:
+        """Check ``call`` by its method's rule (USER, TOPOLOGY, TOPOLOGY_READ, or CODE
+        for a topology's code: pass the topology for the topology rules).
+
+        Raises:
+            Unauthorized: the call's principal may not make it.
+        """
+        principal = call.principal
+        if principal is None:
+            return
+        rule = METHODS[call.operation].rule
+        if rule is Rule.USER:
+            if not self.may_use(principal):
+                raise Unauthorized(principal, call.operation, "",
+                                   "only the principals in users and admins may use "
+                                   "this nimbus")
+            return
+        assert topology is not None and rule in (Rule.TOPOLOGY, Rule.TOPOLOGY_READ,
+                                                 Rule.CODE), (call.operation, rule)
+        if rule is Rule.TOPOLOGY:
+            if not self.may_control(principal, topology):
+                raise Unauthorized(principal, call.operation,
+                                   f" on topology {topology.topology!r}",
+                                   f"only its owner {topology.owner!r}, admins and the "
+                                   f"principals in its {TOPOLOGY_USERS} may")
+            return
+        if not self.may_read(principal, topology):
+            raise Unauthorized(principal, call.operation,
+                               f" on topology {topology.topology!r}",
+                               f"only its owner {topology.owner!r}, admins and the "
+                               f"principals in its {TOPOLOGY_USERS} or "
+                               f"{TOPOLOGY_READONLY_USERS} may")
+
+    def check_upload(self, call: Call, location: str, began_by: str | None) -> None:
+        """Check that ``call`` may use the upload at ``location``: its own upload
+        (uploadChunk, finishFileUpload, beginFileDownload of it, a submit of it).
+
+        Raises:
+            Unauthorized: it is another principal's upload, or one whose owner is not
+                known, and the caller is not an admin.
+        """
+        assert METHODS[call.operation].rule in (Rule.UPLOAD, Rule.CODE) \
+            or call.operation.startswith("submitTopology"), call.operation
+        principal = call.principal
+        if principal is None or self.may_use_upload(principal, began_by):
+            return
+        reason = ("it was begun by another principal" if began_by is not None else
+                  "it was begun before the daemon restarted, or by the daemon itself, "
+                  "and only admins may use it")
+        raise Unauthorized(principal, call.operation, f" with upload {location!r}", reason)
+
+    def check_download(self, call: Call, session: str, began_by: str | None) -> None:
+        """Check that ``call`` may read the download session ``session``.
+
+        Raises:
+            Unauthorized: another principal began it.
+        """
+        assert METHODS[call.operation].rule is Rule.DOWNLOAD, call.operation
+        principal = call.principal
+        if principal is None or self.may_use_download(principal, began_by):
+            return
+        raise Unauthorized(principal, call.operation, f" on download {session!r}",
+                           "only the principal that began it may read it")
