@@ -2,72 +2,45 @@
 handshake runs in the selector without blocking; with client certificates required,
 the certificate's common name is the request's principal; plaintext, foreign or
 missing certificates and handshakes that never finish are closed with one log line,
-and every other client carries on. Certificates are made with the openssl CLI."""
+and every other client carries on. Certificates come from scripts/tls/make_certs.py."""
 
 from __future__ import annotations
 
 import socket
 import ssl
-import subprocess
-from pathlib import Path
+from typing import Any
 
 import pytest
 
 import nimbus_thrift
 from nimbus_thrift.demo import EchoHandler
 
+from support.certs import make_pki
 from support.rawthrift import (call, closed_by_peer, decode, read_frame, roundtrip,
                                wait_closed, wait_for)
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def _make_ca(d: Path, name: str) -> None:
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
-             "-out", f"{name}.pem", "-days", "2", "-subj", f"/CN={name}", cwd=d)
-
-
-def _make_cert(d: Path, ca: str, name: str, san: str | None = None) -> None:
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
-             "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
-    extra: list[str] = []
-    if san:
-        (d / f"{name}.ext").write_text(f"subjectAltName={san}\n")
-        extra = ["-extfile", f"{name}.ext"]
-    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey",
-             f"{ca}.key", "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", *extra,
-             cwd=d)
-
-
 @pytest.fixture(scope="module")
-def certs(tmp_path_factory) -> Path:
-    """A CA, a server certificate for localhost/127.0.0.1, client certificates for
-    alice and bob, and mallory's from another CA."""
-    d = tmp_path_factory.mktemp("certs")
-    _make_ca(d, "ca")
-    _make_ca(d, "other-ca")
-    _make_cert(d, "ca", "server", "DNS:localhost,IP:127.0.0.1")
-    _make_cert(d, "ca", "alice")
-    _make_cert(d, "ca", "bob")
-    _make_cert(d, "other-ca", "mallory")
-    return d
+def certs(tmp_path_factory) -> Any:
+    """What scripts/tls/make_certs.py makes for clients alice and bob, plus a client
+    certificate from another CA (``foreign_client``, used as mallory here)."""
+    return make_pki(tmp_path_factory.mktemp("certs"), clients=("alice", "bob"))
 
 
-def server_context(certs: Path, require_client_cert: bool = True) -> ssl.SSLContext:
+def server_context(certs: Any, require_client_cert: bool = True) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(certs / "server.pem", certs / "server.key")
+    ctx.load_cert_chain(certs.server.cert, certs.server.key)
     if require_client_cert:
-        ctx.load_verify_locations(certs / "ca.pem")
+        ctx.load_verify_locations(certs.ca.cert)
         ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
 
 
-def tls_connect(address, certs: Path, who: str | None = "alice") -> ssl.SSLSocket:
-    ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+def tls_connect(address, certs: Any, who: str | None = "alice") -> ssl.SSLSocket:
+    ctx = ssl.create_default_context(cafile=str(certs.ca.cert))
     if who is not None:
-        ctx.load_cert_chain(certs / f"{who}.pem", certs / f"{who}.key")
+        issued = certs.foreign_client if who == "mallory" else certs.clients[who]
+        ctx.load_cert_chain(issued.cert, issued.key)
     raw = socket.create_connection(address, timeout=5)
     return ctx.wrap_socket(raw, server_hostname="localhost")
 
@@ -79,7 +52,7 @@ class WhoAmI(EchoHandler):
         return f"{request.principal}|{s}"
 
 
-def serve(certs: Path, handler=None, **options):
+def serve(certs: Any, handler=None, **options):
     from nimbus_thrift.demo import demo_thrift
     return nimbus_thrift.make_server(demo_thrift().Echo, handler or WhoAmI(), port=0,
                                      **{"worker_threads": 2,

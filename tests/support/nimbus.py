@@ -233,40 +233,21 @@ def audit_events() -> Iterator[Callable[[], list[dict[str, Any]]]]:
         structlog.configure(**old)
 
 
-# --- certificates (made with the openssl command; the cryptography package is absent) --
-
-def _openssl(directory: Path, *args: str) -> None:
-    import subprocess
-    subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True,
-                   timeout=60)
-
-
-def _test_ca(directory: Path, name: str) -> None:
-    _openssl(directory, "req", "-x509", "-newkey", "ec", "-pkeyopt",
-             "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", f"{name}.key",
-             "-out", f"{name}.pem", "-days", "2", "-subj", f"/CN={name}")
-
-
-def _test_cert(directory: Path, name: str, cn: str, ca: str) -> None:
-    _openssl(directory, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-             "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={cn}")
-    (directory / f"{name}.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    _openssl(directory, "x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem",
-             "-CAkey", f"{ca}.key", "-CAcreateserial", "-out", f"{name}.pem", "-days", "2",
-             "-extfile", f"{name}.ext")
-
+# --- certificates ------------------------------------------------------------------------
 
 def make_test_pki(directory: Path) -> Path:
-    """In ``directory``: a CA (``ca.pem``, ``ca.key``), a server certificate for
-    localhost and 127.0.0.1 (``server.pem``, ``server.key``) and a client certificate
-    with CN alice (``alice.*``) it signed, a client certificate another CA signed
-    (``stranger.*``, CA ``other-ca.*``), and the server's key encrypted with the
-    passphrase "secret" (``encrypted.key``). Returns ``directory``."""
-    _test_ca(directory, "ca")
-    _test_ca(directory, "other-ca")
-    _test_cert(directory, "server", "localhost", "ca")
-    _test_cert(directory, "alice", "alice", "ca")
-    _test_cert(directory, "stranger", "stranger", "other-ca")
-    _openssl(directory, "pkey", "-in", "server.key", "-aes256", "-passout", "pass:secret",
-             "-out", "encrypted.key")
+    """In ``directory``: what scripts/tls/make_certs.py makes for a client alice (``ca.*``,
+    ``server.*``, ``alice.*``), a client certificate another CA signed (``stranger.*``),
+    and the server's key encrypted with the passphrase "secret" (``encrypted.key``).
+    Returns ``directory``."""
+    import shutil
+    import subprocess
+
+    from support.certs import make_pki
+    pki = make_pki(directory, clients=("alice",))
+    shutil.copy(pki.foreign_client.cert, directory / "stranger.pem")
+    shutil.copy(pki.foreign_client.key, directory / "stranger.key")
+    subprocess.run(["openssl", "pkey", "-in", "server.key", "-aes256", "-passout",
+                    "pass:secret", "-out", "encrypted.key"], cwd=directory, check=True,
+                   capture_output=True, timeout=60)
     return directory

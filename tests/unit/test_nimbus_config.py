@@ -540,7 +540,7 @@ def test_server_context_with_a_client_ca(pki: Path) -> None:
                                         tls_client_ca_file=str(pki / "ca.pem")))
     assert context is not None and context.verify_mode == ssl.CERT_REQUIRED
     assert [dict(x[0] for x in ca["subject"])["commonName"]
-            for ca in context.get_ca_certs()] == ["ca"]
+            for ca in context.get_ca_certs()] == ["nimbus-thrift test CA"]
     server = _handshake(context, _client(pki, "alice"))
     subject = dict(x[0] for x in server.getpeercert()["subject"])
     assert subject["commonName"] == "alice"
