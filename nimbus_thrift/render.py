@@ -90,9 +90,11 @@ def topologies_table(summary: Any) -> str:
     if not summary.topologies:
         return "no topologies"
     return table(
-        ["NAME", "ID", "STATUS", "WORKERS", "EXECUTORS", "TASKS", "UPTIME", "SCHEDULED"],
-        [(t.name, t.id, t.status, t.num_workers, t.num_executors, t.num_tasks,
-          duration(t.uptime_secs), t.sched_status or "") for t in summary.topologies])
+        ["NAME", "ID", "STATUS", "OWNER", "WORKERS", "EXECUTORS", "TASKS", "UPTIME",
+         "SCHEDULED"],
+        [(t.name, t.id, t.status, t.owner or "", t.num_workers, t.num_executors,
+          t.num_tasks, duration(t.uptime_secs), t.sched_status or "")
+         for t in summary.topologies])
 
 
 def component_rows(info: Any) -> list[dict[str, Any]]:

@@ -69,8 +69,8 @@ def test_cli_list_table_and_json(daemon: NimbusDaemon) -> None:
     result = cli(port, "list")
     assert result.exit_code == 0
     header, row = result.output.strip().splitlines()
-    assert header.split()[:4] == ["NAME", "ID", "STATUS", "WORKERS"]
-    assert row.split()[:6] == ["wc", tid, "ACTIVE", "2", "6", "6"]
+    assert header.split()[:5] == ["NAME", "ID", "STATUS", "OWNER", "WORKERS"]
+    assert row.split()[:7] == ["wc", tid, "ACTIVE", "anonymous", "2", "6", "6"]
     listed = json.loads(cli(port, "list", "--json").output)
     assert [(t["name"], t["id"], t["status"], t["num_executors"]) for t in listed] == \
         [("wc", tid, "ACTIVE", 6)]

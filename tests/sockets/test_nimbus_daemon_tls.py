@@ -90,7 +90,9 @@ def test_the_cli_lists_over_tls_with_a_certificate(daemon, pki, tmp_path):
                "--tls-key", str(bob.key), "--tls-ca", str(pki.ca.cert)],
         capture_output=True, text=True, timeout=60, env=env)
     assert listed.returncode == 0, listed.stderr
-    assert "wc" in listed.stdout
+    header, row = listed.stdout.splitlines()[:2]
+    assert header.split()[:4] == ["NAME", "ID", "STATUS", "OWNER"]
+    assert row.split()[0] == "wc" and row.split()[3] == "alice"
     killed = subprocess.run(
         CLI + ["kill", "wc", "--port", str(port_of(daemon)), "--tls-cert", str(bob.cert),
                "--tls-key", str(bob.key), "--tls-ca", str(pki.ca.cert)],
