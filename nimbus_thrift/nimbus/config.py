@@ -419,11 +419,18 @@ def load_config(file: Path | None = None, env: Mapping[str, str] | None = None,
             continue
         if name not in _FIELDS:
             raise ConfigError(f"unknown setting {name!r}")
-        values[name] = _coerce(name, value, f"--{name.replace('_', '-')}")
+        values[name] = _coerce(name, value, _FLAG_NAMES.get(name)
+                               or f"--{name.replace('_', '-')}")
     try:
         return NimbusConfig(**values)
     except ConfigError as exc:
         raise ConfigError(f"invalid configuration: {exc}") from None
+
+
+#: Settings whose command-line flag is not their name with dashes (the CLI's, see
+#: cli.py), so an error names the flag the user typed.
+_FLAG_NAMES = {"tls_cert_file": "--tls-cert", "tls_key_file": "--tls-key",
+               "tls_client_ca_file": "--tls-client-ca", "worker_threads": "--workers"}
 
 
 def _from_file(path: Path) -> dict[str, Any]:
