@@ -5,9 +5,13 @@
 #   - Debian's Thrift compiler, libthrift-java and a JDK, for the Apache Python and
 #     Java reference servers (if apt cannot install them, those servers are reported
 #     as unavailable and the others still run);
+#   - Debian's libssl-dev, for the load generator's TLS (without it, loadgen is built
+#     without TLS and the TLS scenarios are reported as unavailable);
+#   - Debian's libthrift-dev, libevent-dev, libboost-dev and g++, for the C++
+#     TNonblockingServer reference (plain and TLS; unavailable without them);
 #   - the C load generator, compiled into scripts/bench/build/ (gitignored).
 # Usage: scripts/bench.sh [--duration S] [--warmup S] [--servers a,b] [--scenarios c1,c16]
-#                         [--json] [--strace]          (all arguments go to bench_servers.py)
+#                         [--tls] [--json] [--strace]  (all arguments go to bench_servers.py)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
@@ -30,6 +34,11 @@ missing=()
 dpkg -s thrift-compiler >/dev/null 2>&1 || missing+=(thrift-compiler)
 dpkg -s libthrift-java >/dev/null 2>&1 || missing+=(libthrift-java)
 command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)
+dpkg -s libssl-dev >/dev/null 2>&1 || missing+=(libssl-dev)
+for pkg in libthrift-dev libevent-dev libboost-dev; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+command -v g++ >/dev/null 2>&1 || missing+=(g++)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bench: installing ${missing[*]} with apt-get" >&2
   sudo=""
@@ -43,9 +52,22 @@ fi
 
 build=scripts/bench/build
 mkdir -p "$build"
-if [ ! -x "$build/loadgen" ] || [ scripts/bench/loadgen.c -nt "$build/loadgen" ]; then
-  echo "bench: compiling the load generator" >&2
-  gcc -O2 -Wall -Wextra -o "$build/loadgen" scripts/bench/loadgen.c
+# With OpenSSL's headers loadgen is built with TLS; the flavour file remembers which
+# build is there, so installing libssl-dev later rebuilds it.
+flavour=plain
+echo '#include <openssl/ssl.h>' | gcc -E -x c - >/dev/null 2>&1 && flavour=tls
+if [ ! -x "$build/loadgen" ] || [ scripts/bench/loadgen.c -nt "$build/loadgen" ] ||
+   [ "$(cat "$build/loadgen.flavour" 2>/dev/null)" != "$flavour" ]; then
+  echo "bench: compiling the load generator ($flavour)" >&2
+  if [ "$flavour" = tls ] &&
+     ! gcc -O2 -Wall -Wextra -DLOADGEN_TLS -o "$build/loadgen" scripts/bench/loadgen.c -lssl -lcrypto; then
+    echo "bench: could not build loadgen with TLS; building it without (TLS scenarios unavailable)" >&2
+    flavour=plain
+  fi
+  if [ "$flavour" = plain ]; then
+    gcc -O2 -Wall -Wextra -o "$build/loadgen" scripts/bench/loadgen.c
+  fi
+  echo "$flavour" > "$build/loadgen.flavour"
 fi
 
 exec .venv/bin/python scripts/bench/bench_servers.py "$@"

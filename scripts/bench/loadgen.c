@@ -42,9 +42,32 @@
  * sample the server's CPU time over exactly that window; other stderr lines
  * are diagnostics.
  *
+ * TLS (built with -DLOADGEN_TLS and OpenSSL; `loadgen --features` says whether
+ * this binary was): --tls-ca makes every connection TLS, verifying the
+ * server's certificate against that CA and its address (--host); --tls-cert
+ * and --tls-key present a client certificate (mutual TLS). Connections are
+ * then nonblocking from connect() on, so that a server that handshakes one
+ * connection at a time in its accept loop is never waiting for a client
+ * stuck in a blocking connect(); connects and handshakes run in the same
+ * epoll loop, and the clock starts once every connection has finished its
+ * handshake (as plain connections are all connected before it starts).
+ * Requests go out with SSL_write from one buffer per connection (TLS has no
+ * scatter-gather write, and two writes would be two records); SSL_read and
+ * SSL_write may each want the other direction (a TLS 1.3 ticket or key
+ * update), so the connection waits for what OpenSSL asks for. No session is
+ * ever reused: every handshake is a full one.
+ *
+ * --handshakes (TLS only): each connection repeats a cycle: connect, full
+ * handshake, one echo call, close_notify, close. A cycle counts when its
+ * reply has been checked; calls/s is then cycles/s (also given as
+ * "handshakes_per_s") and the latencies are those of whole cycles.
+ *
  * Build: gcc -O2 -Wall -Wextra -o loadgen loadgen.c
+ *        gcc -O2 -Wall -Wextra -DLOADGEN_TLS -o loadgen loadgen.c -lssl -lcrypto
  * Usage: loadgen --port P [--host 127.0.0.1] [--connections N]
  *                [--payload BYTES] [--duration S] [--warmup S]
+ *                [--tls-ca FILE [--tls-cert FILE --tls-key FILE] [--handshakes]]
+ *        loadgen --features        one JSON line: {"tls":true|false,...}
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -64,6 +87,11 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef LOADGEN_TLS
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#endif
 
 #define HEAD_LEN 20           /* frame length .. seqid */
 #define ARGS_FIXED_LEN 8      /* field header (3) + string length (4) + stop (1) */
@@ -80,13 +108,20 @@
 /* A connection that keeps failing is retired rather than reopened forever. */
 #define MAX_RECONNECTS 100
 #define MAX_EVENTS 256
+/* TLS: seconds the connects and handshakes before the clock may take. A
+ * server that handshakes serially and drops SYNs while its backlog is full
+ * takes a while with hundreds of connections, but not this long. */
+#define TLS_SETUP_LIMIT_S 60
 
-enum err_kind { E_EXCEPTION, E_BAD_REPLY, E_EOF, E_IO, E_CONNECT, E_KINDS };
+enum err_kind { E_EXCEPTION, E_BAD_REPLY, E_EOF, E_IO, E_CONNECT, E_TLS, E_KINDS };
 static const char *const err_names[E_KINDS] = {
-    "exception", "bad_reply", "eof", "io", "connect",
+    "exception", "bad_reply", "eof", "io", "connect", "tls",
 };
 
-enum conn_state { C_SENDING, C_RECEIVING, C_DEAD };
+/* Plain connections are only ever SENDING, RECEIVING or DEAD. TLS ones start
+ * CONNECTING, then HANDSHAKING; READY is a TLS connection set up before the
+ * clock starts, waiting for it. */
+enum conn_state { C_CONNECTING, C_HANDSHAKING, C_READY, C_SENDING, C_RECEIVING, C_DEAD };
 
 struct conn {
     int fd;
@@ -97,9 +132,14 @@ struct conn {
     uint8_t *rbuf;      /* reply buffer, at least one request long */
     size_t rcap;
     size_t rlen;        /* bytes of the reply read so far */
-    int want_out;       /* EPOLLOUT is registered */
+    uint32_t events;    /* the epoll events registered */
     int reconnects;
     uint64_t t_send_ns; /* when this request started */
+    uint64_t t_open_ns; /* --handshakes: when this cycle's connect started */
+#ifdef LOADGEN_TLS
+    SSL *ssl;
+    uint8_t *req;       /* head + body in one buffer, for SSL_write */
+#endif
 };
 
 struct stats {
@@ -107,7 +147,7 @@ struct stats {
     size_t n, cap;
     uint64_t calls_total; /* good replies, warm-up included */
     uint64_t errors[E_KINDS];
-    char first_error[200];
+    char first_error[320];
 };
 
 static struct sockaddr_in g_addr;
@@ -117,6 +157,14 @@ static size_t g_body_len;
 static size_t g_req_len;    /* HEAD_LEN + g_body_len */
 static size_t g_payload;
 static int g_alive;         /* connections not retired */
+static int g_tls;           /* --tls-ca given */
+static int g_handshakes;    /* --handshakes */
+static int g_setup;         /* TLS: still before the clock (connections wait READY) */
+static int g_setup_pending; /* TLS: connections not yet READY or DEAD during setup */
+#ifdef LOADGEN_TLS
+static SSL_CTX *g_ctx;
+static char g_tls_version[32], g_tls_cipher[64];
+#endif
 
 static uint64_t now_ns(void)
 {
@@ -180,23 +228,47 @@ static void record_latency(struct stats *st, uint64_t ns)
     st->lat_us[st->n++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
 }
 
-static void set_want_out(struct conn *c, int want_out)
+static void set_events(struct conn *c, uint32_t events)
 {
-    if (c->want_out == want_out)
+    if (c->events == events)
         return;
-    struct epoll_event ev = {.events = EPOLLIN | (want_out ? EPOLLOUT : 0u), .data.ptr = c};
+    struct epoll_event ev = {.events = events, .data.ptr = c};
     if (epoll_ctl(g_epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
         die("epoll_ctl(MOD)");
-    c->want_out = want_out;
+    c->events = events;
 }
 
-/* Blocking connect (not timed: it happens before the run, or after an error),
- * then nonblocking. Returns 0, or -1 with errno set. */
+static void set_want_out(struct conn *c, int want_out)
+{
+    set_events(c, EPOLLIN | (want_out ? EPOLLOUT : 0u));
+}
+
+/* Plain: blocking connect (not timed: it happens before the run, or after an
+ * error), then nonblocking. TLS: nonblocking connect; the connection is
+ * CONNECTING and the event loop carries on (see the header). Returns 0, or -1
+ * with errno set. */
 static int open_conn(struct conn *c)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (g_tls ? SOCK_NONBLOCK : 0), 0);
     if (fd < 0)
         die("socket");
+    if (g_tls) {
+        if (connect(fd, (struct sockaddr *)&g_addr, sizeof g_addr) < 0 && errno != EINPROGRESS) {
+            int saved = errno;
+            close(fd);
+            errno = saved;
+            return -1;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        c->fd = fd;
+        c->state = C_CONNECTING;
+        c->events = EPOLLOUT; /* writable = connected (or failed: SO_ERROR says) */
+        struct epoll_event ev = {.events = c->events, .data.ptr = c};
+        if (epoll_ctl(g_epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+            die("epoll_ctl(ADD)");
+        return 0;
+    }
     if (connect(fd, (struct sockaddr *)&g_addr, sizeof g_addr) < 0) {
         int saved = errno;
         close(fd);
@@ -211,15 +283,27 @@ static int open_conn(struct conn *c)
     if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
         die("fcntl(O_NONBLOCK)");
     c->fd = fd;
-    c->want_out = 0;
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+    c->events = EPOLLIN;
+    struct epoll_event ev = {.events = c->events, .data.ptr = c};
     if (epoll_ctl(g_epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
         die("epoll_ctl(ADD)");
     return 0;
 }
 
-static void close_conn(struct conn *c)
+/* `polite`: a TLS connection in step sends close_notify first (one attempt,
+ * not waited for), as a client ending a session does; after an error it is
+ * just closed. */
+static void close_conn(struct conn *c, int polite)
 {
+#ifdef LOADGEN_TLS
+    if (c->ssl) {
+        if (polite && SSL_is_init_finished(c->ssl))
+            SSL_shutdown(c->ssl);
+        SSL_free(c->ssl);
+        c->ssl = NULL;
+    }
+#endif
+    (void)polite;
     if (c->fd >= 0)
         close(c->fd); /* also removes it from the epoll set */
     c->fd = -1;
@@ -227,8 +311,12 @@ static void close_conn(struct conn *c)
 
 /* Writes as much of the request as the socket takes. Returns 0 (done or
  * would block) or -1 on an I/O error (recorded). */
+static int pump_send_tls(struct conn *c, struct stats *st);
+
 static int pump_send(struct conn *c, struct stats *st)
 {
+    if (g_tls)
+        return pump_send_tls(c, st);
     while (c->sent < g_req_len) {
         struct iovec iov[2];
         int n = 0;
@@ -270,6 +358,8 @@ static void start_request(struct conn *c, struct stats *st, uint64_t t)
         c->state = C_DEAD; /* caller reopens */
 }
 
+static ssize_t read_some(struct conn *c, struct stats *st, void *buf, size_t want);
+
 /* Reads what is there. Returns 1 when a whole reply frame is in rbuf, 0 when
  * more is needed, -1 on error (recorded). */
 static int pump_recv(struct conn *c, struct stats *st)
@@ -306,15 +396,11 @@ static int pump_recv(struct conn *c, struct stats *st)
             }
             want = total - c->rlen;
         }
-        ssize_t r = read(c->fd, c->rbuf + c->rlen, want);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return 0;
-            record_error(st, E_IO, c, strerror(errno));
-            return -1;
-        }
+        ssize_t r = read_some(c, st, c->rbuf + c->rlen, want);
+        if (r == -2)
+            return 0;     /* would block */
+        if (r < 0)
+            return -1;    /* recorded */
         if (r == 0) {
             record_error(st, E_EOF, c,
                          c->rlen ? "connection closed inside a reply" : "connection closed");
@@ -389,25 +475,339 @@ static int verify_reply(struct conn *c, struct stats *st)
     return REPLY_OK;
 }
 
+/* ------------------------------------------------------------------ TLS */
+
+#ifdef LOADGEN_TLS
+/* The reason OpenSSL gives for a failure, plus the certificate check's verdict
+ * when that is what failed; the error queue is emptied either way, so a later
+ * failure on another connection is not described with this one's reason. */
+static void tls_reason(struct conn *c, int ret, char *out, size_t outn)
+{
+    int kind = SSL_get_error(c->ssl, ret);
+    unsigned long e = ERR_get_error();
+    if (e) {
+        char buf[160];
+        ERR_error_string_n(e, buf, sizeof buf);
+        long v = SSL_get_verify_result(c->ssl);
+        if (v != X509_V_OK)
+            snprintf(out, outn, "%s (%s)", buf, X509_verify_cert_error_string(v));
+        else
+            snprintf(out, outn, "%s", buf);
+    } else if (kind == SSL_ERROR_SYSCALL) {
+        snprintf(out, outn, "%s", errno ? strerror(errno) : "connection closed by the server");
+    } else if (kind == SSL_ERROR_ZERO_RETURN) {
+        /* With SSL_OP_IGNORE_UNEXPECTED_EOF a bare EOF reads as this too. */
+        snprintf(out, outn, SSL_is_init_finished(c->ssl) ? "connection closed by the server"
+                                                         : "connection closed by the server "
+                                                           "during the handshake");
+    } else {
+        snprintf(out, outn, "SSL_get_error %d", kind);
+    }
+    ERR_clear_error();
+}
+#endif
+
+/* Like read(2) for plain connections, SSL_read for TLS ones. Returns the
+ * bytes read, 0 at the end of the stream, -2 when it would block (waiting for
+ * whatever OpenSSL asked for), -1 on an error (recorded). */
+static ssize_t read_some(struct conn *c, struct stats *st, void *buf, size_t want)
+{
+#ifdef LOADGEN_TLS
+    if (g_tls) {
+        size_t got = 0;
+        int r = SSL_read_ex(c->ssl, buf, want, &got);
+        if (r > 0) {
+            set_events(c, EPOLLIN); /* a read that needed to write is done */
+            return (ssize_t)got;
+        }
+        int kind = SSL_get_error(c->ssl, r);
+        if (kind == SSL_ERROR_WANT_READ) {
+            set_events(c, EPOLLIN);
+            return -2;
+        }
+        if (kind == SSL_ERROR_WANT_WRITE) {
+            set_events(c, EPOLLOUT);
+            return -2;
+        }
+        if (kind == SSL_ERROR_ZERO_RETURN) {
+            ERR_clear_error();
+            return 0;
+        }
+        char why[240];
+        tls_reason(c, r, why, sizeof why);
+        record_error(st, kind == SSL_ERROR_SYSCALL ? E_IO : E_TLS, c, why);
+        return -1;
+    }
+#endif
+    for (;;) {
+        ssize_t r = read(c->fd, buf, want);
+        if (r >= 0)
+            return r;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return -2;
+        record_error(st, E_IO, c, strerror(errno));
+        return -1;
+    }
+}
+
+/* SSL_write of the rest of the request (partial writes enabled: `sent`
+ * advances record by record; a write that would block is retried with the
+ * same bytes, as OpenSSL requires). Returns 0 (done or would block) or -1 on
+ * an error (recorded). */
+static int pump_send_tls(struct conn *c, struct stats *st)
+{
+#ifdef LOADGEN_TLS
+    while (c->sent < g_req_len) {
+        size_t wrote = 0;
+        int r = SSL_write_ex(c->ssl, c->req + c->sent, g_req_len - c->sent, &wrote);
+        if (r > 0) {
+            c->sent += wrote;
+            continue;
+        }
+        int kind = SSL_get_error(c->ssl, r);
+        if (kind == SSL_ERROR_WANT_WRITE) {
+            set_events(c, EPOLLOUT);
+            return 0;
+        }
+        if (kind == SSL_ERROR_WANT_READ) {
+            set_events(c, EPOLLIN);
+            return 0;
+        }
+        char why[240];
+        tls_reason(c, r, why, sizeof why);
+        record_error(st, kind == SSL_ERROR_SYSCALL ? E_IO : E_TLS, c, why);
+        return -1;
+    }
+    set_events(c, EPOLLIN);
+    c->state = C_RECEIVING;
+    return 0;
+#else
+    (void)c;
+    (void)st;
+    return -1; /* unreachable: g_tls needs LOADGEN_TLS */
+#endif
+}
+
+/* One step of a TLS connection's set-up: the connect's outcome, then the
+ * handshake. Returns 1 when the handshake is done, 0 when waiting for the
+ * socket, -1 on failure (recorded). */
+static int tls_setup_step(struct conn *c, struct stats *st)
+{
+#ifdef LOADGEN_TLS
+    if (c->state == C_CONNECTING) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+            err = errno;
+        if (err) {
+            record_error(st, E_CONNECT, c, strerror(err));
+            return -1;
+        }
+        c->ssl = SSL_new(g_ctx);
+        if (!c->ssl || !SSL_set_fd(c->ssl, c->fd)) {
+            fprintf(stderr, "loadgen: SSL_new/SSL_set_fd failed\n");
+            exit(2);
+        }
+        SSL_set_connect_state(c->ssl);
+        c->state = C_HANDSHAKING;
+    }
+    int r = SSL_do_handshake(c->ssl);
+    if (r == 1) {
+        if (!g_tls_version[0]) {
+            snprintf(g_tls_version, sizeof g_tls_version, "%s", SSL_get_version(c->ssl));
+            snprintf(g_tls_cipher, sizeof g_tls_cipher, "%s", SSL_get_cipher_name(c->ssl));
+        }
+        return 1;
+    }
+    int kind = SSL_get_error(c->ssl, r);
+    if (kind == SSL_ERROR_WANT_READ) {
+        set_events(c, EPOLLIN);
+        return 0;
+    }
+    if (kind == SSL_ERROR_WANT_WRITE) {
+        set_events(c, EPOLLOUT);
+        return 0;
+    }
+    char why[240];
+    tls_reason(c, r, why, sizeof why);
+    record_error(st, E_TLS, c, why);
+    return -1;
+#else
+    (void)c;
+    (void)st;
+    return -1;
+#endif
+}
+
+static void retire(struct conn *c)
+{
+    close_conn(c, 0);
+    if (g_setup && (c->state == C_CONNECTING || c->state == C_HANDSHAKING))
+        g_setup_pending--;
+    c->state = C_DEAD;
+    g_alive--;
+}
+
 /* After an error: drop the connection and open a new one, so one bad reply
- * does not end the run for this connection; give up after MAX_RECONNECTS. */
+ * does not end the run for this connection; give up after MAX_RECONNECTS.
+ * Before the clock starts (TLS set-up), a failing connection is retired at
+ * once, as a plain one whose connect fails is never counted. */
 static void reopen(struct conn *c, struct stats *st)
 {
+    if (g_setup) {
+        retire(c);
+        return;
+    }
     for (;;) {
-        close_conn(c);
+        close_conn(c, 0);
         c->state = C_DEAD;
         if (++c->reconnects > MAX_RECONNECTS)
             break;
+        c->t_open_ns = now_ns();
         if (open_conn(c) < 0) {
             record_error(st, E_CONNECT, c, strerror(errno));
             break;
         }
+        if (g_tls)
+            return; /* the event loop connects and handshakes it */
         start_request(c, st, now_ns());
         if (c->state != C_DEAD)
             return;
     }
     g_alive--;
 }
+
+/* --handshakes: the cycle ended well; close politely and start the next one. */
+static void next_cycle(struct conn *c, struct stats *st, uint64_t t)
+{
+    close_conn(c, 1);
+    c->state = C_DEAD;
+    c->t_open_ns = t;
+    if (open_conn(c) < 0) {
+        record_error(st, E_CONNECT, c, strerror(errno));
+        reopen(c, st);
+    }
+}
+
+/* Everything one epoll event means for a TLS connection. */
+static void on_tls_event(struct conn *c, uint32_t ev, struct stats *st, uint64_t t_measure,
+                         uint64_t t_end)
+{
+    switch (c->state) {
+    case C_DEAD:
+        return;
+    case C_READY:
+        /* Nothing is registered but errors: the server gave up on it while
+         * the others were still handshaking. A TLS 1.3 server refusing the
+         * client's certificate does that after the client's side of the
+         * handshake is done: read, so that its alert is the error recorded. */
+        if (ev & (EPOLLERR | EPOLLHUP)) {
+            uint8_t byte;
+            ssize_t r = read_some(c, st, &byte, 1);
+            if (r == -2) {
+                set_events(c, 0);
+                return;
+            }
+            if (r >= 0)
+                record_error(st, E_EOF, c, r ? "data from the server before any request"
+                                             : "closed by the server before the clock started");
+            retire(c);
+        }
+        return;
+    case C_CONNECTING:
+    case C_HANDSHAKING: {
+        int r = tls_setup_step(c, st);
+        if (r < 0) {
+            reopen(c, st);
+            return;
+        }
+        if (r == 0)
+            return;
+        if (g_setup) {
+            /* Wait for the clock with nothing registered: a TLS 1.3 server's
+             * session tickets arriving now would make EPOLLIN fire for
+             * nothing until then. */
+            set_events(c, 0);
+            c->state = C_READY;
+            g_setup_pending--;
+            return;
+        }
+        start_request(c, st, now_ns());
+        if (c->state == C_DEAD)
+            reopen(c, st);
+        return;
+    }
+    case C_SENDING:
+        if (pump_send(c, st) < 0)
+            reopen(c, st);
+        return; /* the reply is not there yet: wait for EPOLLIN */
+    case C_RECEIVING:
+        break;
+    }
+    int r = pump_recv(c, st);
+    if (r == 0)
+        return;
+    int verdict = r > 0 ? verify_reply(c, st) : REPLY_BROKEN;
+    if (verdict == REPLY_BROKEN) {
+        reopen(c, st);
+        return;
+    }
+    uint64_t t = now_ns();
+    if (verdict == REPLY_OK) {
+        st->calls_total++;
+        if (t >= t_measure && t < t_end)
+            record_latency(st, t - (g_handshakes ? c->t_open_ns : c->t_send_ns));
+    }
+    if (g_handshakes) {
+        next_cycle(c, st, t);
+        return;
+    }
+    start_request(c, st, t);
+    if (c->state == C_DEAD)
+        reopen(c, st);
+}
+
+#ifdef LOADGEN_TLS
+static void tls_init(const char *ca, const char *cert, const char *key, const char *host)
+{
+    g_ctx = SSL_CTX_new(TLS_client_method());
+    if (!g_ctx) {
+        fprintf(stderr, "loadgen: SSL_CTX_new failed\n");
+        exit(2);
+    }
+    SSL_CTX_set_min_proto_version(g_ctx, TLS1_2_VERSION);
+    /* Every handshake a full one: no client-side session cache, and no
+     * session is ever handed to SSL_set_session. */
+    SSL_CTX_set_session_cache_mode(g_ctx, SSL_SESS_CACHE_OFF);
+    SSL_CTX_set_mode(g_ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    /* A server closing without close_notify is an EOF we count, like a plain one. */
+    SSL_CTX_set_options(g_ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+    if (SSL_CTX_load_verify_locations(g_ctx, ca, NULL) != 1) {
+        fprintf(stderr, "loadgen: cannot load the CA certificates in --tls-ca %s\n", ca);
+        exit(64);
+    }
+    SSL_CTX_set_verify(g_ctx, SSL_VERIFY_PEER, NULL);
+    /* The server's certificate must name the address connected to. */
+    if (X509_VERIFY_PARAM_set1_ip_asc(SSL_CTX_get0_param(g_ctx), host) != 1) {
+        fprintf(stderr, "loadgen: --host %s is not an IP address to check the certificate against\n",
+                host);
+        exit(64);
+    }
+    if (cert) {
+        if (SSL_CTX_use_certificate_chain_file(g_ctx, cert) != 1) {
+            fprintf(stderr, "loadgen: cannot load the client certificate --tls-cert %s\n", cert);
+            exit(64);
+        }
+        if (SSL_CTX_use_PrivateKey_file(g_ctx, key, SSL_FILETYPE_PEM) != 1 ||
+            SSL_CTX_check_private_key(g_ctx) != 1) {
+            fprintf(stderr, "loadgen: --tls-key %s is not the key of --tls-cert %s\n", key, cert);
+            exit(64);
+        }
+    }
+}
+#endif
 
 static int cmp_u32(const void *a, const void *b)
 {
@@ -447,15 +847,32 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: loadgen --port P [--host 127.0.0.1] [--connections N] [--payload BYTES]\n"
-            "               [--duration SECONDS] [--warmup SECONDS]\n");
+            "               [--duration SECONDS] [--warmup SECONDS]\n"
+            "               [--tls-ca FILE [--tls-cert FILE --tls-key FILE] [--handshakes]]\n"
+            "       loadgen --features\n");
     exit(64);
+}
+
+/* What this binary can do, for bench_servers.py to decide what to run. */
+static int print_features(void)
+{
+#ifdef LOADGEN_TLS
+    printf("{\"tls\":true,\"openssl\":");
+    json_string(OpenSSL_version(OPENSSL_VERSION));
+    printf("}\n");
+#else
+    printf("{\"tls\":false,\"openssl\":null}\n");
+#endif
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
     const char *host = "127.0.0.1";
+    const char *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL;
     long port = -1, nconn = 1, payload = 16;
     double duration = 5.0, warmup = 1.0;
+    enum { O_TLS_CA = 256, O_TLS_CERT, O_TLS_KEY, O_HANDSHAKES, O_FEATURES };
     static const struct option opts[] = {
         {"host", required_argument, 0, 'h'},
         {"port", required_argument, 0, 'p'},
@@ -463,6 +880,11 @@ int main(int argc, char **argv)
         {"payload", required_argument, 0, 's'},
         {"duration", required_argument, 0, 'd'},
         {"warmup", required_argument, 0, 'w'},
+        {"tls-ca", required_argument, 0, O_TLS_CA},
+        {"tls-cert", required_argument, 0, O_TLS_CERT},
+        {"tls-key", required_argument, 0, O_TLS_KEY},
+        {"handshakes", no_argument, 0, O_HANDSHAKES},
+        {"features", no_argument, 0, O_FEATURES},
         {0, 0, 0, 0},
     };
     int opt;
@@ -474,12 +896,33 @@ int main(int argc, char **argv)
         case 's': payload = strtol(optarg, NULL, 10); break;
         case 'd': duration = strtod(optarg, NULL); break;
         case 'w': warmup = strtod(optarg, NULL); break;
+        case O_TLS_CA: tls_ca = optarg; break;
+        case O_TLS_CERT: tls_cert = optarg; break;
+        case O_TLS_KEY: tls_key = optarg; break;
+        case O_HANDSHAKES: g_handshakes = 1; break;
+        case O_FEATURES: return print_features();
         default: usage();
         }
     }
     if (optind != argc || port <= 0 || port > 65535 || nconn < 1 || nconn > 60000 ||
         payload < 0 || (size_t)payload > MAX_FRAME - 28 || !(duration > 0) || warmup < 0)
         usage();
+    if ((tls_cert == NULL) != (tls_key == NULL) || (tls_cert && !tls_ca)) {
+        fprintf(stderr, "loadgen: --tls-cert and --tls-key go together, and with --tls-ca\n");
+        return 64;
+    }
+    if (g_handshakes && !tls_ca) {
+        fprintf(stderr, "loadgen: --handshakes measures TLS handshakes and needs --tls-ca\n");
+        return 64;
+    }
+    g_tls = tls_ca != NULL;
+#ifndef LOADGEN_TLS
+    if (g_tls) {
+        fprintf(stderr, "loadgen: this loadgen was built without TLS (OpenSSL headers were "
+                        "missing: apt-get install libssl-dev, then rebuild)\n");
+        return 69;
+    }
+#endif
 
     signal(SIGPIPE, SIG_IGN); /* a closed peer is an error we count, not a death */
     memset(&g_addr, 0, sizeof g_addr);
@@ -489,6 +932,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "loadgen: --host must be an IPv4 address, not %s\n", host);
         return 64;
     }
+#ifdef LOADGEN_TLS
+    if (g_tls)
+        tls_init(tls_ca, tls_cert, tls_key, host);
+#endif
     /* One descriptor per connection: raise the soft limit as far as allowed. */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)nconn + 16) {
@@ -530,12 +977,49 @@ int main(int argc, char **argv)
         put_u32(c->head + 16, (uint32_t)(i + 1));
         c->rcap = g_req_len;
         c->rbuf = xmalloc(c->rcap);
+#ifdef LOADGEN_TLS
+        if (g_tls) {
+            c->req = xmalloc(g_req_len);
+            memcpy(c->req, c->head, HEAD_LEN);
+            memcpy(c->req + HEAD_LEN, g_body, g_body_len);
+        }
+#endif
+        if (g_handshakes)
+            continue; /* every cycle, the first included, is timed */
         if (open_conn(c) < 0) {
             record_error(&st, E_CONNECT, c, strerror(errno));
             continue;
         }
-        c->state = C_SENDING;
+        if (!g_tls)
+            c->state = C_SENDING;
+        else
+            g_setup_pending++;
         g_alive++;
+    }
+    if (g_tls && !g_handshakes) {
+        /* Connects and handshakes, all at once, before the clock. */
+        struct epoll_event events[MAX_EVENTS];
+        const uint64_t limit = now_ns() + (uint64_t)TLS_SETUP_LIMIT_S * 1000000000u;
+        g_setup = 1;
+        while (g_setup_pending > 0 && now_ns() < limit) {
+            int n = epoll_wait(g_epfd, events, MAX_EVENTS, 100);
+            if (n < 0) {
+                if (errno == EINTR)
+                    continue;
+                die("epoll_wait");
+            }
+            for (int k = 0; k < n; k++)
+                on_tls_event(events[k].data.ptr, events[k].events, &st, UINT64_MAX, UINT64_MAX);
+        }
+        for (int i = 0; i < nconn; i++) {
+            struct conn *c = &conns[i];
+            if (c->state == C_CONNECTING || c->state == C_HANDSHAKING) {
+                record_error(&st, E_CONNECT, c, "TLS connect and handshake not done within "
+                                                "the set-up limit");
+                retire(c);
+            }
+        }
+        g_setup = 0;
     }
 
     struct rusage ru0;
@@ -547,10 +1031,17 @@ int main(int argc, char **argv)
     const uint64_t t_measure = t0 + (uint64_t)(warmup * 1e9);
     const uint64_t t_end = t_measure + (uint64_t)(duration * 1e9);
     for (int i = 0; i < nconn; i++) {
-        if (conns[i].state != C_DEAD) {
-            start_request(&conns[i], &st, t0);
-            if (conns[i].state == C_DEAD)
-                reopen(&conns[i], &st);
+        struct conn *c = &conns[i];
+        if (g_handshakes) {
+            c->t_open_ns = t0;
+            if (open_conn(c) < 0)
+                record_error(&st, E_CONNECT, c, strerror(errno));
+            else
+                g_alive++;
+        } else if (c->state != C_DEAD) {
+            start_request(c, &st, t0);
+            if (c->state == C_DEAD)
+                reopen(c, &st);
         }
     }
 
@@ -580,6 +1071,10 @@ int main(int argc, char **argv)
             uint32_t ev = events[k].events;
             if (c->state == C_DEAD)
                 continue;
+            if (g_tls) {
+                on_tls_event(c, ev, &st, t_measure, t_end);
+                continue;
+            }
             if (c->state == C_SENDING && (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
                 if (pump_send(c, &st) < 0) {
                     reopen(c, &st);
@@ -615,7 +1110,8 @@ int main(int argc, char **argv)
     struct rusage ru1;
     getrusage(RUSAGE_SELF, &ru1);
 
-    qsort(st.lat_us, st.n, sizeof *st.lat_us, cmp_u32);
+    if (st.n) /* no calls: no array, and qsort(NULL, 0) is undefined */
+        qsort(st.lat_us, st.n, sizeof *st.lat_us, cmp_u32);
     double sum = 0;
     for (size_t i = 0; i < st.n; i++)
         sum += st.lat_us[i];
@@ -642,17 +1138,42 @@ int main(int argc, char **argv)
     printf("},\"first_error\":");
     json_string(st.first_error);
     printf(",\"connections_alive\":%d,\"setup_s\":%.3f,\"cpu_user_s\":%.3f,\"cpu_sys_s\":%.3f,"
-           "\"wall_s\":%.3f,\"cpu_util\":%.3f}\n",
-           g_alive, setup_s, user, sys, wall, wall > 0 ? (user + sys) / wall : 0.0);
+           "\"wall_s\":%.3f,\"cpu_util\":%.3f,\"mode\":\"%s\",\"handshakes_per_s\":",
+           g_alive, setup_s, user, sys, wall, wall > 0 ? (user + sys) / wall : 0.0,
+           g_handshakes ? "handshakes" : "calls");
+    /* Each cycle is one full handshake and one call. */
+    if (g_handshakes)
+        printf("%.1f", (double)st.n / duration);
+    else
+        printf("null");
+    printf(",\"tls\":");
+#ifdef LOADGEN_TLS
+    if (g_tls) {
+        printf("{\"version\":");
+        json_string(g_tls_version);
+        printf(",\"cipher\":");
+        json_string(g_tls_cipher);
+        printf("}");
+    } else
+#endif
+        printf("null");
+    printf("}\n");
     fflush(stdout);
 
     for (int i = 0; i < nconn; i++) {
-        close_conn(&conns[i]);
+        close_conn(&conns[i], 1);
         free(conns[i].rbuf);
+#ifdef LOADGEN_TLS
+        free(conns[i].req);
+#endif
     }
     free(conns);
     free(g_body);
     free(st.lat_us);
     close(g_epfd);
+#ifdef LOADGEN_TLS
+    if (g_ctx)
+        SSL_CTX_free(g_ctx);
+#endif
     return 0;
 }

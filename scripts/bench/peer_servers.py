@@ -1,6 +1,7 @@
 """Launch one echo server for the benchmark, in the foreground of this process.
 
     python scripts/bench/peer_servers.py KIND --port PORT [--workers N] [--gen-py DIR]
+                                         [--tls-dir DIR]
 
 KIND is one of:
 
@@ -11,6 +12,13 @@ KIND is one of:
                         `thrift --gen py` into --gen-py), accelerated binary protocol
 
 All serve ``service Echo`` of idl/demo.thrift, where ``echo`` returns its argument.
+
+``--tls-dir DIR`` (nimbus and thriftpy2-threaded only; DIR as scripts/bench/tls_certs.py
+makes it) serves mutual TLS instead: both servers get the same ``ssl.SSLContext``,
+built here from server.pem/server.key with client certificates required against
+ca.pem, so they do the same TLS work. Ours takes it as ``make_server(...,
+ssl_context=ctx)``; thriftpy2's TThreadedServer gets it through its TSSLServerSocket,
+which does each handshake in its accept loop before starting the connection's thread.
 Once listening, the launcher prints one line ``listening <port>`` on stdout, and then
 serves until SIGTERM or SIGINT. bench_servers.py does not trust that line alone: it
 polls the port until a connection is accepted.
@@ -23,8 +31,10 @@ from __future__ import annotations
 
 import argparse
 import signal
+import ssl
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_IDL = REPO / "idl" / "demo.thrift"
@@ -96,40 +106,79 @@ def block_stop_signals() -> set[signal.Signals]:
     return stop
 
 
+#: The kinds that serve TLS with --tls-dir. Apache's Python TNonblockingServer and
+#: Java's THsHaServer have no TLS; thriftpy2's asyncio server is not measured with it.
+TLS_KINDS = ("nimbus", "thriftpy2-threaded")
+#: Exit status of a launcher asked for TLS that this checkout's server cannot do.
+EXIT_NO_TLS = 3
+
+
+def tls_context(tls_dir: Path) -> ssl.SSLContext:
+    """The server side of mutual TLS, as a deployment of ours would configure it."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(tls_dir / "server.pem", tls_dir / "server.key")
+    ctx.load_verify_locations(tls_dir / "ca.pem")
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
 def load_demo():
     import thriftpy2
 
     return thriftpy2.load(str(DEMO_IDL), module_name="demo_thrift")
 
 
-def run_nimbus(port: int, workers: int) -> None:
+def run_nimbus(port: int, workers: int, tls: ssl.SSLContext | None = None) -> None:
     # The checkout's own package, whether or not it is pip-installed in this venv.
     sys.path.insert(0, str(REPO))
     import nimbus_thrift
     from nimbus_thrift.demo import EchoHandler, demo_thrift
 
+    # Logging as the daemon's entry point configures it (info): without this, structlog's
+    # default prints the library's per-connection debug lines, three per TLS connection,
+    # which a deployment would not pay in the handshake scenario.
+    try:
+        from nimbus_thrift.logs import configure
+    except ImportError:
+        pass  # a --baseline checkout from before logs.configure
+    else:
+        configure("info")
     stop = block_stop_signals()
-    server = nimbus_thrift.make_server(
-        demo_thrift().Echo, EchoHandler(), host=HOST, port=port, worker_threads=workers
-    )
+    options: dict[str, Any] = {} if tls is None else {"ssl_context": tls}
+    try:
+        server = nimbus_thrift.make_server(
+            demo_thrift().Echo, EchoHandler(), host=HOST, port=port, worker_threads=workers,
+            **options,
+        )
+    except Exception as exc:
+        if tls is None:
+            raise
+        # A checkout from before TLS (a --baseline) refuses the option: say so, and
+        # the harness reports its TLS scenarios as unavailable.
+        print(f"this checkout's make_server does not take ssl_context ({exc})",
+              file=sys.stderr, flush=True)
+        sys.exit(EXIT_NO_TLS)
     _, bound = server.start()
     announce(bound)
     signal.sigwait(stop)
     server.stop(grace=2.0)
 
 
-def run_thriftpy2_threaded(port: int, workers: int) -> None:
+def run_thriftpy2_threaded(port: int, workers: int, tls: ssl.SSLContext | None = None) -> None:
     # One thread per connection: TThreadedServer has no worker pool, so --workers
     # does not apply.
     from thriftpy2.protocol import TCyBinaryProtocolFactory
     from thriftpy2.server import TThreadedServer
     from thriftpy2.thrift import TProcessor
-    from thriftpy2.transport import TCyFramedTransportFactory, TServerSocket
+    from thriftpy2.transport import TCyFramedTransportFactory, TServerSocket, TSSLServerSocket
 
     demo = load_demo()
     # client_timeout=None: the default (3 s) would close a connection that waits
     # longer than that for a reply under load, which is the server's own doing.
-    sock = TServerSocket(host=HOST, port=port, client_timeout=None)
+    if tls is None:
+        sock = TServerSocket(host=HOST, port=port, client_timeout=None)
+    else:
+        sock = TSSLServerSocket(host=HOST, port=port, client_timeout=None, ssl_context=tls)
     server = TThreadedServer(
         TProcessor(demo.Echo, PeerEcho()),
         sock,
@@ -219,11 +268,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--workers", type=int, default=64, help="worker threads, where the server has a pool")
     parser.add_argument("--gen-py", type=Path, help="directory holding the generated nimbus_demo package")
+    parser.add_argument("--tls-dir", type=Path,
+                        help="serve mutual TLS with the certificates in this directory "
+                             f"(kinds {', '.join(TLS_KINDS)})")
     args = parser.parse_args(argv)
+    tls = None
+    if args.tls_dir is not None:
+        if args.kind not in TLS_KINDS:
+            print(f"{args.kind} has no TLS here (only {', '.join(TLS_KINDS)} do)",
+                  file=sys.stderr, flush=True)
+            return EXIT_NO_TLS
+        try:
+            tls = tls_context(args.tls_dir)
+        except (OSError, ssl.SSLError) as exc:
+            parser.error(f"--tls-dir {args.tls_dir}: cannot load server.pem/server.key/"
+                         f"ca.pem: {exc}")
     if args.kind == "nimbus":
-        run_nimbus(args.port, args.workers)
+        run_nimbus(args.port, args.workers, tls)
     elif args.kind == "thriftpy2-threaded":
-        run_thriftpy2_threaded(args.port, args.workers)
+        run_thriftpy2_threaded(args.port, args.workers, tls)
     elif args.kind == "thriftpy2-aio":
         run_thriftpy2_aio(args.port, args.workers)
     else:
