@@ -30,6 +30,8 @@ import pytest
 
 import nimbus_thrift
 from nimbus_thrift.demo import EchoHandler
+from nimbus_thrift.nimbus import load_config
+from nimbus_thrift.nimbus.tlsconf import server_ssl_context
 
 from support.rawthrift import wait_for
 
@@ -89,12 +91,15 @@ def handler() -> RecordingEcho:
 
 
 @pytest.fixture
-def tls_server(demo, certs, handler) -> Iterator[nimbus_thrift.Server]:
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(certs / "server.pem", certs / "server.key")
-    ctx.load_verify_locations(certs / "ca.pem")
-    ctx.verify_mode = ssl.CERT_REQUIRED
+def tls_server(demo, certs, handler, tmp_path) -> Iterator[nimbus_thrift.Server]:
+    """The demo service on the nimbus daemon's own TLS context (nimbus/tlsconf.py, from
+    its settings), so the protocol checks below are the daemon's."""
+    config = load_config(env={}, flags={
+        "data_dir": str(tmp_path / "data"), "tls_cert_file": str(certs / "server.pem"),
+        "tls_key_file": str(certs / "server.key"),
+        "tls_client_ca_file": str(certs / "ca.pem")})
+    ctx = server_ssl_context(config)
+    assert ctx is not None
     server = nimbus_thrift.make_server(demo.Echo, handler, port=0, worker_threads=4,
                                        ssl_context=ctx)
     server.start()

@@ -199,3 +199,37 @@ def test_ssl_context_must_be_a_server_context(certs):
         nimbus_thrift.ServerOptions(ssl_context=client)
     with pytest.raises(nimbus_thrift.OptionError, match="handshake_timeout"):
         nimbus_thrift.ServerOptions(handshake_timeout=0)
+
+
+def test_a_crowd_of_hostile_handshakes_does_not_slow_a_good_client(demo, certs):
+    """200 connections from 127.0.0.2 that stay silent, cut a ClientHello short or send
+    garbage, while the good client keeps calling: answered throughout (the bound is
+    generous; scripts/abuse/tls_handshakes.py measures 1,000 with latencies)."""
+    import os
+    import time
+    from support.rawthrift import ATTACKER, connect
+    kinds = [b"", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", b"GET / HTTP/1.1\r\n\r\n",
+             os.urandom(64)]
+    with serve(certs, handshake_timeout=1.0) as server, \
+            tls_connect(server.address, certs) as good:
+        hostile = []
+        try:
+            for i in range(200):
+                sock = connect(server.address, source=ATTACKER)
+                if kinds[i % 4]:
+                    sock.sendall(kinds[i % 4])
+                hostile.append(sock)
+                if i % 50 == 0:
+                    started = time.monotonic()
+                    assert roundtrip(good, call(demo.Echo, "echo", s=str(i)),
+                                     demo.Echo).body.success == f"alice|{i}"
+                    assert time.monotonic() - started < 3.0
+            # The garbage is refused at once, the silent and cut ones at the deadline.
+            wait_for(lambda: server.metrics().tls_handshakes_failed == 200, timeout=15,
+                     what="every hostile handshake refused")
+            assert server.metrics().connections_open == 1
+            assert roundtrip(good, call(demo.Echo, "echo", s="end"),
+                             demo.Echo).body.success == "alice|end"
+        finally:
+            for sock in hostile:
+                sock.close()
