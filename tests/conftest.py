@@ -54,6 +54,26 @@ def logs():
         structlog.configure(**old)
 
 
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """Undo what a CLI command run in-process (CliRunner) configures: the CLI's
+    structlog setup caches loggers on first use and adds a stderr handler, which would
+    otherwise leak into every later test (a module logger first used afterwards keeps
+    that configuration, and a capture installed later cannot see it)."""
+    import logging
+
+    import structlog
+    config = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    structlog.configure(**config)
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _route_logs_through_stdlib():
     """Send the server's structlog lines through stdlib logging, where pytest captures

@@ -220,16 +220,21 @@ def audit_events() -> Iterator[Callable[[], list[dict[str, Any]]]]:
     import structlog
     from structlog.testing import LogCapture
 
-    from nimbus_thrift.nimbus.audit import AUDIT_LOGGER
+    from nimbus_thrift.nimbus import audit
     from nimbus_thrift.rpc.context import merge_request_context
 
     capture = LogCapture()
     old = structlog.get_config()
     structlog.configure(processors=[merge_request_context, structlog.stdlib.add_logger_name,
-                                    capture])
+                                    capture], cache_logger_on_first_use=False)
+    # A fresh proxy for the audit logger: the module's own may have cached the logger
+    # of an earlier configuration (the CLI's, run in-process by other tests, caches on
+    # first use), which would bypass this capture.
+    cached, audit.log = audit.log, structlog.get_logger(audit.AUDIT_LOGGER)
     try:
-        yield lambda: [e for e in capture.entries if e.get("logger") == AUDIT_LOGGER]
+        yield lambda: [e for e in capture.entries if e.get("logger") == audit.AUDIT_LOGGER]
     finally:
+        audit.log = cached
         structlog.configure(**old)
 
 
