@@ -33,7 +33,6 @@ mistake, not ours.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import shutil
 import socket
 import threading
@@ -41,11 +40,10 @@ import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterator, ParamSpec, TypeVar
+from typing import Any, Callable, Iterator, ParamSpec
 
 import structlog
 from thriftpy2.protocol import TBinaryProtocolFactory
-from thriftpy2.thrift import TApplicationException
 from thriftpy2.utils import serialize
 
 from ..idl import NIMBUS_COMPONENT
@@ -59,13 +57,14 @@ from .background import Job, SerialQueues
 from .codecheck import parse_in_child
 from .config import NimbusConfig
 from .launcher import Launcher, LaunchSpec
-from .lifecycle import GONE, PREVIOUS, Event, Status, TransitionRefused, next_status
+from .lifecycle import GONE, PREVIOUS, Event, Status, next_status
 from .listing import CountsCache
 from .locks import KeyedLocks
-from .queries import NimbusQueries
 from .store import Action, Store, TopologyRecord
 from .timers import Timers
-from .transfers import TransferError, TransferLimits, TransferRefused, Transfers
+from .transfer_calls import TransferCalls
+from .wire_errors import client_errors as _client_errors
+from .transfers import TransferLimits, Transfers
 
 log = structlog.get_logger(__name__)
 
@@ -85,30 +84,13 @@ CODE_CHECK_WAITERS = 8
 #: them are redone by the next start's recovery).
 CLOSE_WAIT_SECS = 5.0
 
-F = TypeVar("F", bound=Callable[..., Any])
 P = ParamSpec("P")
 
 
-def _client_errors(func: F) -> F:
-    """Map the service's own errors onto what Storm clients expect on the wire."""
-    @functools.wraps(func)
-    def wrapper(self: "NimbusHandler", *args: Any) -> Any:
-        try:
-            return func(self, *args)
-        except InvalidTopology as exc:
-            log.info("request_refused", error=str(exc))
-            raise self.idl.InvalidTopologyException(msg=str(exc)) from None
-        except (TransitionRefused, TransferError) as exc:
-            if not isinstance(exc, TransferRefused):     # logged, rate-limited, by transfers
-                log.info("request_refused", error=str(exc))
-            raise TApplicationException(TApplicationException.INTERNAL_ERROR,
-                                        str(exc)) from None
-    return wrapper  # type: ignore[return-value]
-
-
-class NimbusHandler(NimbusQueries):
+class NimbusHandler(TransferCalls):
     """Implements ``service Nimbus`` of idl/nimbus.thrift: the state-changing calls
-    here, the read-only ones in :class:`~.queries.NimbusQueries`."""
+    here, the file transfers in :class:`~.transfer_calls.TransferCalls`, the read-only
+    ones in :class:`~.queries.NimbusQueries`."""
 
     def __init__(self, idl: ModuleType, config: NimbusConfig, store: Store,
                  launcher: Launcher, *, clock: Callable[[], float] = time.time):
@@ -595,59 +577,6 @@ class NimbusHandler(NimbusQueries):
         if rec is None:
             raise self.idl.NotAliveException(msg=f"no topology named {name!r}")
         return rec
-
-    # --- code transfer --------------------------------------------------------------
-    @_client_errors
-    def beginFileUpload(self) -> str:
-        with self._gate("beginFileUpload") as call:
-            self.authz.check(call)
-            location = self.transfers.begin_upload(owner=call.principal)
-            call.subject["upload"] = location
-            return location
-
-    @_client_errors
-    def uploadChunk(self, location: str, chunk: bytes) -> None:
-        with self._gate("uploadChunk", upload=location) as call:
-            self._check_own_upload(call, location)
-            self.transfers.upload_chunk(location, chunk or b"")
-
-    @_client_errors
-    def finishFileUpload(self, location: str) -> None:
-        with self._gate("finishFileUpload", upload=location) as call:
-            self._check_own_upload(call, location)
-            self.transfers.finish_upload(location)
-
-    def _check_own_upload(self, call: Call, location: str) -> None:
-        up = self.transfers.find(location)
-        if up is not None:          # else the transfer call says it does not exist
-            self.authz.check_upload(call, location, self.transfers.began_by(up.id))
-
-    @_client_errors
-    def beginFileDownload(self, file: str) -> str:
-        with self._gate("beginFileDownload", file=file) as call:
-            rec = self.store.topology(file) if isinstance(file, str) else None
-            if rec is not None:
-                call.subject["topology_id"] = rec.id
-                self.authz.check(call, self._acl(rec))
-                upload = self.store.upload(rec.code_upload)
-            else:
-                upload = self.transfers.completed(file) if isinstance(file, str) else None
-                if upload is not None:
-                    self.authz.check_upload(call, file, self.transfers.began_by(upload.id))
-            if upload is None or upload.state != "complete":
-                raise TransferError(f"{file!r} is neither a topology id nor the location "
-                                    "of a finished upload")
-            session = self.transfers.begin_download(upload, owner=call.principal)
-            call.subject["download"] = session
-            return session
-
-    @_client_errors
-    def downloadChunk(self, id: str) -> bytes:
-        with self._gate("downloadChunk", download=id) as call:
-            exists, began_by = self.transfers.download_owner(id)
-            if exists:              # else the transfer call says it does not exist
-                self.authz.check_download(call, id, began_by)
-            return self.transfers.download_chunk(id)
 
     # --- launcher -------------------------------------------------------------------
     def _work_dir(self, topology_id: str) -> Path:
