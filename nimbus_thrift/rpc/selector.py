@@ -47,7 +47,8 @@ from .options import ServerOptions
 from .peers import FAIR_SHARE, PeerShare
 from .lifetime import Lifetime
 from .throttle import LogThrottle
-from .tls import DONE, WANT_READ, WANT_WRITE, HandshakeFailed, handshake_step, principal_of
+from .tls import (DONE, WANT_WRITE, HandshakeFailed, first_bytes_are_tls, handshake_step,
+                  principal_of)
 from .unixsock import UnixListener
 from .workers import STALL_SECS, WorkerPool
 
@@ -94,7 +95,6 @@ class Selector(Lifetime):
         #: TLS connections with decrypted bytes waiting in the TLS layer, which epoll
         #: cannot report (tls.py): read on the next pass without waiting.
         self._tls_ready: list[Connection] = []
-        self._principal_from_cert = options.principal_from_cert
         self._state = state
         # Watched: the selector checks for stalled handlers (see workers.py).
         self.pool = WorkerPool(options.worker_threads, options.worker_queue_size,
@@ -217,8 +217,10 @@ class Selector(Lifetime):
         for _ in range(min(len(done), _MAX_COMPLETIONS_PER_PASS)):
             conn, unsent, status, replied = done.popleft()
             conn.share.busy -= 1
+            size = 0
             if unsent and unsent is not WRITE_FAILED:
-                booked += held_size(unsent)
+                size = held_size(unsent)
+                booked += size
             state.requests_completed += 1
             if status >= _FAILED:
                 state.requests_failed += 1
@@ -244,7 +246,7 @@ class Selector(Lifetime):
                 continue
             conn.advance(Event.REPLY_READY)
             if unsent:
-                self._hold_output(conn, unsent, now)
+                self._hold_output(conn, unsent, now, size)
             else:
                 self._reply_sent(conn, now, batch)
         if booked:
@@ -436,12 +438,14 @@ class Selector(Lifetime):
         elif unsent:
             self._hold_output(conn, unsent, now)
 
-    def _hold_output(self, conn: Connection, unsent: list[Any], now: float) -> None:
+    def _hold_output(self, conn: Connection, unsent: list[Any], now: float,
+                     size: int = 0) -> None:
         """Keep a reply the socket did not take, counted against max_unsent_reply_bytes;
-        past the cap, close the connections that have held theirs longest."""
+        past the cap, close the connections that have held theirs longest. ``size``:
+        the bytes ``unsent`` holds (:func:`held_size`), when the caller knows them."""
         conn.out = unsent
         conn.write_started = now
-        size = held_size(unsent)
+        size = size or held_size(unsent)
         conn.out_size = size
         self.unsent_bytes += size
         self._writers[conn] = None
@@ -518,9 +522,14 @@ class Selector(Lifetime):
 
     def _handshake(self, conn: Connection, now: float) -> None:
         """One nonblocking step of a TLS handshake (tls.py), on each socket event."""
-        first = not conn.tls_peeked
+        sock = conn.tls.ssl
         try:
-            step = handshake_step(conn.tls.ssl, first)
+            if not conn.tls_peeked:
+                if not first_bytes_are_tls(sock):
+                    self._set_interest(conn, _EPOLLIN)     # nothing arrived yet
+                    return
+                conn.tls_peeked = True
+            step = handshake_step(sock)
         except HandshakeFailed as exc:
             self._state.tls_handshakes_failed += 1
             held = self._refusal_log.allow(conn.host, now)
@@ -529,20 +538,16 @@ class Selector(Lifetime):
                             similar_failures_not_logged=held)
             self._really_close(conn)
             return
-        if first and step != WANT_READ:
-            conn.tls_peeked = True
         if step == DONE:
             self._state.tls_handshakes += 1
-            conn.principal = principal_of(conn.tls.ssl, self._principal_from_cert)
+            conn.principal = principal_of(sock, self.options.principal_from_cert)
             conn.advance(Event.HANDSHAKE_DONE)
             conn.last_activity = now
             log.debug("tls_handshake_done", peer=conn.peer, principal=conn.principal,
-                      version=conn.tls.ssl.version())
+                      version=sock.version())
             self._set_interest(conn, _EPOLLIN)
             self._tls_check_pending(conn)
         else:
-            if first:
-                conn.tls_peeked = True
             self._set_interest(conn, _EPOLLOUT if step == WANT_WRITE else _EPOLLIN)
 
     def _tls_check_pending(self, conn: Connection) -> None:

@@ -8,7 +8,9 @@ handshake (``do_handshake_on_connect=False``) and the connection starts in
 HANDSHAKING (connection.py). Each time epoll reports the socket, the selector calls
 :func:`handshake_step`: it returns what to wait for next (readable, writable), or that
 the handshake is done, or raises :class:`HandshakeFailed` with a sentence for the log.
-Nothing of the read budget or the worker pool is used until it is done, and
+Before the first step, :func:`first_bytes_are_tls` checks that the client sent a
+TLS record at all. Nothing of the read budget or the worker pool is used until it is
+done, and
 ``handshake_timeout`` (deadlines.py) closes a client that never finishes.
 
 Once done, the connection's ``io`` is a :class:`TLSStream`. The selector's and the
@@ -98,24 +100,29 @@ class TLSStream:
         return self.ssl.pending()
 
 
-def handshake_step(sock: ssl.SSLSocket, first: bool) -> str:
+def first_bytes_are_tls(sock: ssl.SSLSocket) -> bool:
+    """Check what a new connection sent before OpenSSL sees it, without consuming it:
+    True when it starts with a TLS record, False when nothing has arrived yet. A
+    plaintext client raises :class:`HandshakeFailed` saying what it sent (rather than
+    OpenSSL's cipher error)."""
+    try:
+        head = socket.socket.recv(sock, 5, socket.MSG_PEEK)
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError as exc:
+        raise HandshakeFailed(f"connection failed before the TLS handshake: {exc}") \
+            from None
+    if not head:
+        raise HandshakeFailed("closed by the client before the TLS handshake")
+    if head[0] != _TLS_HANDSHAKE_RECORD:
+        raise HandshakeFailed(f"not TLS: the client sent {_plaintext_kind(head)} "
+                              f"(first bytes {head.hex()}) to a TLS port")
+    return True
+
+
+def handshake_step(sock: ssl.SSLSocket) -> str:
     """Advance the handshake of ``sock`` as far as it goes without blocking; return
-    WANT_READ, WANT_WRITE or DONE. ``first``: nothing has been read yet, so what
-    arrived is checked for a TLS record before OpenSSL sees it (a plaintext client
-    gets a log line saying what it sent, not a cipher error)."""
-    if first:
-        try:
-            head = socket.socket.recv(sock, 5, socket.MSG_PEEK)
-        except (BlockingIOError, InterruptedError):
-            return WANT_READ
-        except OSError as exc:
-            raise HandshakeFailed(f"connection failed before the TLS handshake: {exc}") \
-                from None
-        if not head:
-            raise HandshakeFailed("closed by the client before the TLS handshake")
-        if head[0] != _TLS_HANDSHAKE_RECORD:
-            raise HandshakeFailed(f"not TLS: the client sent {_plaintext_kind(head)} "
-                                  f"(first bytes {head.hex()}) to a TLS port")
+    WANT_READ, WANT_WRITE or DONE."""
     try:
         sock.do_handshake()
     except ssl.SSLWantReadError:

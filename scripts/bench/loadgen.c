@@ -505,6 +505,22 @@ static void tls_reason(struct conn *c, int ret, char *out, size_t outn)
     }
     ERR_clear_error();
 }
+
+/* When OpenSSL's error `kind` means "wait for the socket", poll for what it
+ * asked for and return 1; otherwise 0 (a real failure, or the end of the
+ * stream). */
+static int tls_wait(struct conn *c, int kind)
+{
+    if (kind == SSL_ERROR_WANT_READ) {
+        set_events(c, EPOLLIN);
+        return 1;
+    }
+    if (kind == SSL_ERROR_WANT_WRITE) {
+        set_events(c, EPOLLOUT);
+        return 1;
+    }
+    return 0;
+}
 #endif
 
 /* Like read(2) for plain connections, SSL_read for TLS ones. Returns the
@@ -521,14 +537,8 @@ static ssize_t read_some(struct conn *c, struct stats *st, void *buf, size_t wan
             return (ssize_t)got;
         }
         int kind = SSL_get_error(c->ssl, r);
-        if (kind == SSL_ERROR_WANT_READ) {
-            set_events(c, EPOLLIN);
+        if (tls_wait(c, kind))
             return -2;
-        }
-        if (kind == SSL_ERROR_WANT_WRITE) {
-            set_events(c, EPOLLOUT);
-            return -2;
-        }
         if (kind == SSL_ERROR_ZERO_RETURN) {
             ERR_clear_error();
             return 0;
@@ -567,14 +577,8 @@ static int pump_send_tls(struct conn *c, struct stats *st)
             continue;
         }
         int kind = SSL_get_error(c->ssl, r);
-        if (kind == SSL_ERROR_WANT_WRITE) {
-            set_events(c, EPOLLOUT);
+        if (tls_wait(c, kind))
             return 0;
-        }
-        if (kind == SSL_ERROR_WANT_READ) {
-            set_events(c, EPOLLIN);
-            return 0;
-        }
         char why[240];
         tls_reason(c, r, why, sizeof why);
         record_error(st, kind == SSL_ERROR_SYSCALL ? E_IO : E_TLS, c, why);
@@ -622,14 +626,8 @@ static int tls_setup_step(struct conn *c, struct stats *st)
         return 1;
     }
     int kind = SSL_get_error(c->ssl, r);
-    if (kind == SSL_ERROR_WANT_READ) {
-        set_events(c, EPOLLIN);
+    if (tls_wait(c, kind))
         return 0;
-    }
-    if (kind == SSL_ERROR_WANT_WRITE) {
-        set_events(c, EPOLLOUT);
-        return 0;
-    }
     char why[240];
     tls_reason(c, r, why, sizeof why);
     record_error(st, E_TLS, c, why);
