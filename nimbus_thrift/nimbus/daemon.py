@@ -258,7 +258,12 @@ class NimbusDaemon:
                 max_connections_per_peer=config.max_connections_per_peer or None,
                 max_unsent_reply_bytes=config.max_unsent_reply_bytes,
                 send_buffer_size=config.send_buffer_size or None,
-                decoded_size_factor=config.decoded_size_factor, **transport)
+                decoded_size_factor=config.decoded_size_factor,
+                # Every call stays on the worker pool: the handler takes locks, writes
+                # the audit log and reads SQLite, so no method is reliably fast, and
+                # the daemon's calls are few enough that the hand-off costs nothing
+                # anyone would notice (rpc/inline.py).
+                inline_calls=False, **transport)
             try:
                 address = self.server.start()
             except OSError as exc:

@@ -10,6 +10,7 @@ Layers, each importing only those below it::
     selector    the selector thread: read, hand off, write, close
     lifetime    its base: accept, the sweep of deadlines, the drain at stop
     completion  a worker's side of a call: run it, send the reply, queue the outcome
+    inline      which methods the selector runs itself, and the watch for blocked ones
     workers     the worker pool that runs handlers     wakeup  wakes the selector
     dispatch    decode a request, call the handler, encode the reply
     connection  the per-connection framing state table

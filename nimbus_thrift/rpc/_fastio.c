@@ -69,6 +69,145 @@ delegate(PyObject *args, const char *name)
     if (PyTuple_GET_SIZE(args) >= 1 && is_stream(PyTuple_GET_ITEM(args, 0)))       \
         return delegate(args, name);
 
+
+/* TLS connections, natively. ssl.SSLSocket's recv_into and send pass through three
+ * Python frames each (SSLSocket.recv_into, .read, our TLSStream's error mapping)
+ * before reaching the C object that does the work, ssl's _ssl._SSLSocket (the
+ * SSLSocket's _sslobj). When rpc/tls.py registers that type and ssl's exceptions
+ * (use_tls), a connection whose io is such an object is read and written here: its
+ * C methods read(n, buffer) and write(data), with the same error mapping as
+ * TLSStream -- "would block" (SSLWantRead/WriteError) becomes BlockingIOError, the
+ * peer's close_notify or a ragged EOF reads as 0 bytes, any other SSLError becomes a
+ * ConnectionError "TLS error: <reason>". Measured with scripts/bench.sh --tls: see
+ * the README. */
+static PyObject *tls_type;              /* ssl's _ssl._SSLSocket */
+static PyObject *tls_want_read, *tls_want_write, *tls_zero_return, *tls_eof, *tls_error;
+static PyObject *str_read, *str_write;
+
+static int
+is_tls(PyObject *obj)
+{
+    return tls_type != NULL && (PyObject *)Py_TYPE(obj) == tls_type;
+}
+
+/* After a failed read or write of a TLS object: map the exception (see above). Sets
+ * *eof (reads only) and returns 0 when the failure means end of stream. */
+static int
+tls_failed(int *eof)
+{
+    if (PyErr_ExceptionMatches(tls_want_read) || PyErr_ExceptionMatches(tls_want_write)) {
+        PyErr_Clear();
+        PyErr_SetNone(PyExc_BlockingIOError);
+        return -1;
+    }
+    if (eof != NULL &&
+            (PyErr_ExceptionMatches(tls_zero_return) || PyErr_ExceptionMatches(tls_eof))) {
+        PyErr_Clear();
+        *eof = 1;
+        return 0;
+    }
+    if (PyErr_ExceptionMatches(tls_error)) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        PyObject *reason = value ? PyObject_GetAttrString(value, "reason") : NULL;
+        if (reason == NULL)
+            PyErr_Clear();
+        if (reason != NULL && reason != Py_None)
+            PyErr_Format(PyExc_ConnectionError, "TLS error: %S", reason);
+        else
+            PyErr_Format(PyExc_ConnectionError, "TLS error: %S", value ? value : Py_None);
+        Py_XDECREF(reason);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+    }
+    return -1;
+}
+
+static PyObject *
+tls_recv_into(PyObject *args)
+{
+    PyObject *obj, *buffer;
+    Py_ssize_t nbytes = 0;
+    if (!PyArg_ParseTuple(args, "OO|n:recv_into", &obj, &buffer, &nbytes))
+        return NULL;
+    PyObject *size = PyLong_FromSsize_t(nbytes);
+    if (size == NULL)
+        return NULL;
+    PyObject *call[3] = {obj, size, buffer};
+    PyObject *result = PyObject_VectorcallMethod(str_read, call, 3, NULL);
+    Py_DECREF(size);
+    if (result == NULL) {
+        int eof = 0;
+        tls_failed(&eof);
+        if (eof)
+            return PyLong_FromLong(0);
+    }
+    return result;
+}
+
+static PyObject *
+tls_write(PyObject *obj, PyObject *data)
+{
+    PyObject *call[2] = {obj, data};
+    PyObject *result = PyObject_VectorcallMethod(str_write, call, 2, NULL);
+    if (result == NULL)
+        tls_failed(NULL);
+    return result;
+}
+
+static PyObject *
+tls_sendmsg(PyObject *obj, PyObject *seq)
+{
+    /* TLS has no scatter-gather write: one record stream from one buffer. A retry
+     * after "would block" passes the same bytes again (see completion.unsent_part),
+     * which is what OpenSSL requires of a write it could not finish. */
+    PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
+    if (empty == NULL)
+        return NULL;
+    PyObject *joined = PyObject_CallMethod(empty, "join", "O", seq);
+    Py_DECREF(empty);
+    if (joined == NULL)
+        return NULL;
+    PyObject *result = tls_write(obj, joined);
+    Py_DECREF(joined);
+    return result;
+}
+
+PyDoc_STRVAR(use_tls_doc,
+"use_tls(sslobject_type, want_read, want_write, zero_return, eof, ssl_error) -> None\n\n"
+"Read and write objects of sslobject_type (ssl's _ssl._SSLSocket) natively, mapping\n"
+"ssl's exceptions as rpc/tls.py's TLSStream does.");
+
+static PyObject *
+fastio_use_tls(PyObject *self, PyObject *args)
+{
+    PyObject *type, *wr, *ww, *zr, *eof, *err;
+    if (!PyArg_ParseTuple(args, "O!OOOOO:use_tls", &PyType_Type, &type, &wr, &ww, &zr,
+                          &eof, &err))
+        return NULL;
+    if (str_read == NULL) {
+        str_read = PyUnicode_InternFromString("read");
+        str_write = PyUnicode_InternFromString("write");
+        if (str_read == NULL || str_write == NULL)
+            return NULL;
+    }
+    PyObject *olds[6] = {tls_type, tls_want_read, tls_want_write, tls_zero_return,
+                         tls_eof, tls_error};
+    Py_INCREF(type); Py_INCREF(wr); Py_INCREF(ww); Py_INCREF(zr); Py_INCREF(eof);
+    Py_INCREF(err);
+    tls_type = type;
+    tls_want_read = wr;
+    tls_want_write = ww;
+    tls_zero_return = zr;
+    tls_eof = eof;
+    tls_error = err;
+    for (int i = 0; i < 6; i++)
+        Py_XDECREF(olds[i]);
+    Py_RETURN_NONE;
+}
+
 enum op { OP_RECV, OP_SEND, OP_SENDMSG };
 
 /* One recv or send of n bytes at target, or sendmsg of the msghdr target (n bytes in
@@ -115,6 +254,8 @@ PyDoc_STRVAR(recv_into_doc,
 static PyObject *
 fastio_recv_into(PyObject *self, PyObject *args)
 {
+    if (PyTuple_GET_SIZE(args) >= 1 && is_tls(PyTuple_GET_ITEM(args, 0)))
+        return tls_recv_into(args);
     DELEGATE_STREAMS(args, "recv_into")
     PyObject *sock;
     Py_buffer buf;
@@ -145,6 +286,8 @@ PyDoc_STRVAR(send_doc,
 static PyObject *
 fastio_send(PyObject *self, PyObject *args)
 {
+    if (PyTuple_GET_SIZE(args) == 2 && is_tls(PyTuple_GET_ITEM(args, 0)))
+        return tls_write(PyTuple_GET_ITEM(args, 0), PyTuple_GET_ITEM(args, 1));
     DELEGATE_STREAMS(args, "send")
     PyObject *sock;
     Py_buffer buf;
@@ -168,6 +311,8 @@ PyDoc_STRVAR(sendmsg_doc,
 static PyObject *
 fastio_sendmsg(PyObject *self, PyObject *args)
 {
+    if (PyTuple_GET_SIZE(args) == 2 && is_tls(PyTuple_GET_ITEM(args, 0)))
+        return tls_sendmsg(PyTuple_GET_ITEM(args, 0), PyTuple_GET_ITEM(args, 1));
     DELEGATE_STREAMS(args, "sendmsg")
     PyObject *sock, *seq;
     if (!PyArg_ParseTuple(args, "OO:sendmsg", &sock, &seq))
@@ -325,6 +470,7 @@ static PyMethodDef fastio_methods[] = {
     {"send", fastio_send, METH_VARARGS, send_doc},
     {"sendmsg", fastio_sendmsg, METH_VARARGS, sendmsg_doc},
     {"epoll_wait", fastio_epoll_wait, METH_VARARGS, epoll_wait_doc},
+    {"use_tls", fastio_use_tls, METH_VARARGS, use_tls_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from time import perf_counter
 from typing import Any
 
 import structlog
@@ -23,6 +24,7 @@ import structlog
 from .connection import Connection
 from .dispatch import Dispatcher, Reply, Status
 from .fastio import send, sendmsg
+from .inline import InlinePolicy, method_key
 from .memory import MemoryBudget
 from .wakeup import Wakeup
 
@@ -36,8 +38,11 @@ class Completion:
     """
 
     def __init__(self, dispatcher: Dispatcher, budget: MemoryBudget,
-                 max_unsent_reply_bytes: int) -> None:
+                 max_unsent_reply_bytes: int, inline_calls: bool = True) -> None:
         self.dispatcher = dispatcher
+        #: Which methods are fast enough for the selector to run itself (inline.py);
+        #: workers time every call for it.
+        self.policy = InlinePolicy(enabled=inline_calls)
         self._budget = budget
         self.wakeup = Wakeup()
         #: (connection, unsent buffers, status, whether a reply was produced), queued by
@@ -73,11 +78,21 @@ class Completion:
         through ``_finish_lock``). Measured with scripts/bench.sh, see the README.
         """
         conn, frame = task
+        key = method_key(frame) if self.policy.enabled else None
+        started = perf_counter()
         try:
             reply, status = self.dispatcher.dispatch(frame, conn.peer, conn.principal)
         except BaseException:  # noqa: BLE001 - a bug must not strand the connection
             log.exception("dispatch_crashed", peer=conn.peer, effect="connection closed")
             reply, status = None, Status.CLOSE
+        if key is not None:
+            self.policy.ran(key, perf_counter() - started)
+        self.deliver(conn, reply, status)
+
+    def deliver(self, conn: Connection, reply: Reply | None, status: Status) -> None:
+        """Write the reply of a request run outside the selector's pass and queue its
+        outcome for the selector to book (a worker's way back; also that of a selector
+        thread that was taken over in the middle of an inline call, inline.py)."""
         unsent: Any = None
         if reply is not None and status is not Status.CLOSE:
             unsent = send_now(conn.io, reply)
@@ -85,6 +100,7 @@ class Completion:
             if unsent and unsent is not WRITE_FAILED:
                 self._wait_for_room(held_size(unsent))
             if self._finished:
+                assert conn.sock is not None    # set when the connection was accepted
                 conn.sock.close()  # the selector is gone; nobody else will
                 return
             self.done.append((conn, unsent, status, reply is not None))
@@ -95,7 +111,6 @@ class Completion:
         if unsent or conn.interest is None or conn.leftover or status is Status.CLOSE \
                 or self._budget.parked or self.stop_requested:
             self.wakeup.wake()
-
 
     def _wait_for_room(self, size: int) -> None:
         """With ``_finish_lock`` held: queue ``size`` more unsent reply bytes, first

@@ -6,6 +6,9 @@ the C file for the measurement). Without the compiled module -- no compiler at i
 time, or PyPy -- the same functions are the socket module's, and everything behaves
 the same, only slower under load.
 
+A TLS connection's calls go through its stream object (rpc/tls.py), or, with the C
+module, straight to ssl's own C object (:data:`NATIVE_TLS`).
+
 Also :func:`grow_bytearray`, which lengthens a frame buffer without zero-filling it
 (the C version; the fallback zero-fills).
 
@@ -25,6 +28,24 @@ except ImportError:  # pragma: no cover - exercised only where the C module is a
     _fastio = None  # type: ignore[assignment]  # None: the C module is not built
 
 ACCELERATED = _fastio is not None
+
+
+def _native_tls() -> bool:
+    """Let the C calls read and write ssl's C object of a TLS connection directly
+    (see _fastio.c); False where that object's type cannot be found."""
+    if _fastio is None:
+        return False
+    import ssl
+    sslobject_type = getattr(ssl._ssl, "_SSLSocket", None)  # type: ignore[attr-defined]
+    if not isinstance(sslobject_type, type):
+        return False
+    _fastio.use_tls(sslobject_type, ssl.SSLWantReadError, ssl.SSLWantWriteError,
+                    ssl.SSLZeroReturnError, ssl.SSLEOFError, ssl.SSLError)
+    return True
+
+
+#: Whether a TLS connection's io may be ssl's C object (``SSLSocket._sslobj``).
+NATIVE_TLS = _native_tls()
 
 if _fastio is not None:
     recv_into = _fastio.recv_into

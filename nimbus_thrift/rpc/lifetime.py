@@ -161,8 +161,8 @@ class Lifetime(Completion):
             conn.sock = sock
             conn.fd = sock.fileno()
             # fastio's C calls take the descriptor (no fileno() call per recv and send);
-            # a TLS connection's calls go through its stream (fastio passes them on).
-            conn.io = conn.tls if conn.tls is not None else \
+            # a TLS connection's calls go to ssl's C object or its stream (tls.py).
+            conn.io = conn.tls.io if conn.tls is not None else \
                 conn.fd if ACCELERATED else sock
             conn.interest = _EPOLLIN
             self._ep.register(conn.fd, _EPOLLIN)

@@ -12,7 +12,7 @@ class ServerState:
     __slots__ = ("connections_open", "connections_accepted", "connections_refused",
                  "connections_refused_per_peer", "frames_refused", "requests_submitted",
                  "requests_completed", "requests_failed", "requests_overloaded", "timeouts",
-                 "tls_handshakes", "tls_handshakes_failed")
+                 "tls_handshakes", "tls_handshakes_failed", "selector_takeovers")
 
     def __init__(self) -> None:
         self.connections_open = 0
@@ -29,6 +29,9 @@ class ServerState:
         self.timeouts = 0
         self.tls_handshakes = 0           # TLS handshakes completed
         self.tls_handshakes_failed = 0    # refused, broken, plaintext, or timed out
+        # Inline calls that blocked, so that a new thread took the selector's loop over
+        # (inline.py). Written by the watch thread, under the selector's lead lock.
+        self.selector_takeovers = 0
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,10 @@ class MetricsSnapshot:
     #: plaintext clients, broken connections, handshake_timeout).
     tls_handshakes: int = 0
     tls_handshakes_failed: int = 0
+    #: Requests the selector ran itself (methods proven fast, see inline.py), and the
+    #: times one blocked so that a new thread took over the selector's loop.
+    requests_inline: int = 0
+    selector_takeovers: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

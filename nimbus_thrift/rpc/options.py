@@ -155,6 +155,9 @@ class ServerOptions:
     unix_socket_mode: int = 0o660
     #: Reject old non-strict message headers (Storm accepts both; so do we by default).
     strict_read: bool = False
+    #: Let the selector run methods that have proven fast itself, instead of handing
+    #: each call to a worker (rpc/inline.py); False keeps every call on the pool.
+    inline_calls: bool = True
     backlog: int = DEFAULT_BACKLOG
     #: The decoded-size budget: bytes in a frame times this (see rpc/decoded.py).
     decoded_size_factor: float = DEFAULT_DECODED_SIZE_FACTOR
@@ -214,8 +217,10 @@ class ServerOptions:
         if self.principal_from_cert is not None and not callable(self.principal_from_cert):
             raise OptionError(f"principal_from_cert must be callable, "
                               f"not {self.principal_from_cert!r}.")
-        if not isinstance(self.strict_read, bool):
-            raise OptionError(f"strict_read must be True or False, not {self.strict_read!r}.")
+        for name in ("strict_read", "inline_calls"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionError(f"{name} must be True or False, "
+                                  f"not {getattr(self, name)!r}.")
 
     @property
     def per_peer_limit(self) -> int:

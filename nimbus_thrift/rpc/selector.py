@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import select
 import socket
+import threading
 import time
 from collections import deque
+from time import perf_counter
 from typing import Any
 
 import structlog
@@ -41,6 +43,7 @@ from .deadlines import ParkTimeoutError
 from .dispatch import Dispatcher, Reply, Status
 from .errors import AppErrorCode, FrameSizeError, NotThriftError, OverloadedError
 from .fastio import poll, recv_into, sendmsg
+from .inline import SLOW_SECS, InlineWatch, method_key, thread_runnable
 from .memory import MemoryBudget
 from .metrics import ServerState
 from .options import ServerOptions
@@ -79,6 +82,10 @@ _IOV_BATCH = 64
 _LINGER_SECONDS = 2.0
 
 
+class _TakenOver(Exception):
+    """Ends the loop in a thread whose inline call blocked (see Selector._take_over)."""
+
+
 class Selector(Lifetime):
     """The selector thread's loop and all it does to sockets on a call's path.
     :class:`~.lifetime.Lifetime` (its base) accepts, sweeps and drains;
@@ -87,7 +94,8 @@ class Selector(Lifetime):
     def __init__(self, listener: socket.socket, dispatcher: Dispatcher,
                  options: ServerOptions, budget: MemoryBudget, state: ServerState,
                  unix: UnixListener | None = None) -> None:
-        super().__init__(dispatcher, budget, options.max_unsent_reply_bytes)
+        super().__init__(dispatcher, budget, options.max_unsent_reply_bytes,
+                         inline_calls=options.inline_calls)
         self.options = options
         self._listener = listener
         self._unix = unix
@@ -107,39 +115,87 @@ class Selector(Lifetime):
         self._refusal_log = LogThrottle()
         #: The connections holding reply bytes (``unsent_bytes``), oldest first.
         self._writers: dict[Connection, None] = {}
+        #: Complete frames read this pass, submitted at its end (an attribute, not a
+        #: local: a thread taking over the loop carries on with it, see _take_over).
+        self._batch: list[tuple[Connection, Any]] = []
+        #: Inline calls (inline.py): when the running one began (perf_counter; 0 when
+        #: none), its method, how many so far, and the watch that takes over when one
+        #: blocks. ``_epoch`` changes at each takeover, under ``_lead_lock``.
+        self._inline_since = 0.0
+        self._inline_key = b""
+        self._inline_batch: list[tuple[Connection, Any, bytes]] = []
+        self._inline_index = 0
+        self.inline_calls = 0
+        self._watch: InlineWatch | None = None
+        self._lead_lock = threading.Lock()
+        self._epoch = 0
+        self._leaders = 1
+        self._leader_tid = 0
+        self._draining = False
+        self._all_done = threading.Event()
 
-    def run(self) -> None:  # noqa: C901 - the hot path is kept in one frame on purpose
+    def run(self) -> None:
+        """Serve until stopped. Returns once the loop has ended and everything is
+        closed, in whichever thread the loop ended (see :meth:`_take_over`)."""
+        listener = self._listener
+        ep = select.epoll()
+        self._ep = ep
+        self._listen_fd = listener.fileno()
+        ep.register(self._listen_fd, _EPOLLIN)
+        self._unix_fd = -1
+        if self._unix is not None:
+            self._unix_fd = self._unix.sock.fileno()
+            ep.register(self._unix_fd, _EPOLLIN)
+        ep.register(self.wakeup.fileno(), _EPOLLIN)
+        self._conns: dict[int, Connection] = {}
+        self._scratch = memoryview(bytearray(4 + SCRATCH_SIZE))
         opts = self.options
+        self._timeouts = [t for t in (opts.idle_timeout, opts.frame_read_timeout,
+                                      opts.write_timeout, opts.first_request_timeout,
+                                      opts.park_timeout) if t]
+        if opts.min_frame_rate:
+            self._timeouts.append(opts.frame_rate_grace or 1.0)
+        self._sweep_every = min([0.5] + [t / 4 for t in self._timeouts])
+        self._lingering = 0
+        self._listener_paused_until = 0.0
+        self._lead()
+        # Taken over: the loop goes on in another thread. Return when it has ended,
+        # as the caller (Server._serve) expects.
+        self._all_done.wait()
+
+    def _lead(self) -> None:
+        """Run the loop in this thread until the server stops (then close everything)
+        or another thread takes it over."""
+        self._leader_tid = threading.get_native_id()
+        try:
+            self._loop()
+        except _TakenOver:
+            return
+        except BaseException:
+            self._all_done.set()
+            raise
+        try:
+            self._finish(self._ep)
+        finally:
+            if self._watch is not None:
+                self._watch.stop()
+            self._all_done.set()
+
+    def _loop(self) -> None:  # noqa: C901 - the hot path is kept in one frame on purpose
         listener = self._listener
         wakeup = self.wakeup
         pool = self.pool
-        ep = select.epoll()
-        self._ep = ep
-        listen_fd = listener.fileno()
+        ep = self._ep
+        listen_fd = self._listen_fd
         wake_fd = wakeup.fileno()
-        ep.register(listen_fd, _EPOLLIN)
-        unix_fd = -1
-        if self._unix is not None:
-            unix_fd = self._unix.sock.fileno()
-            ep.register(unix_fd, _EPOLLIN)
-        ep.register(wake_fd, _EPOLLIN)
-        self._conns: dict[int, Connection] = {}
+        unix_fd = self._unix_fd
         conns = self._conns
-        scratch = bytearray(4 + SCRATCH_SIZE)
-        self._scratch = memoryview(scratch)
         done = self.done
         budget = self._budget
-        timeouts = [t for t in (opts.idle_timeout, opts.frame_read_timeout,
-                                opts.write_timeout, opts.first_request_timeout,
-                                opts.park_timeout) if t]
-        if opts.min_frame_rate:
-            timeouts.append(opts.frame_rate_grace or 1.0)
-        sweep_every = min([0.5] + [t / 4 for t in timeouts])
+        timeouts = self._timeouts
+        sweep_every = self._sweep_every
         next_sweep = time.monotonic() + sweep_every
-        self._lingering = 0
-        self._listener_paused_until = 0.0
-        draining = False
-        batch: list[tuple[Connection, Any]] = []
+        batch = self._batch
         now = time.monotonic()
         while True:
             # Sleep only when nothing is queued for us; workers then wake us (once).
@@ -149,7 +205,7 @@ class Selector(Lifetime):
             # show as a hang in the tests, not as a hidden 0.5 s stall).
             if done or batch or self._tls_ready:
                 timeout = 0.0
-            elif draining:
+            elif self._draining:
                 timeout = min(0.1, max(0.0, self.stop_deadline - time.monotonic()))
             elif (conns and timeouts) or self._lingering or self._listener_paused_until:
                 timeout = max(0.0, next_sweep - time.monotonic())
@@ -201,58 +257,63 @@ class Selector(Lifetime):
                 self._sweep(now)
 
             if self.stop_requested:
-                if not draining:
-                    draining = True
+                if not self._draining:
+                    self._draining = True
                     self._begin_drain()
                 if not conns or now >= self.stop_deadline:
                     break
-        self._finish(ep)
 
     def _complete(self, done: deque[Any], now: float,
                   batch: list[tuple[Connection, Any]]) -> None:
         """Book the outcomes workers queued: release frames, move connections on."""
-        state = self._state
         stopping = self.stop_requested
         booked = 0
         for _ in range(min(len(done), _MAX_COMPLETIONS_PER_PASS)):
             conn, unsent, status, replied = done.popleft()
-            conn.share.busy -= 1
-            size = 0
-            if unsent and unsent is not WRITE_FAILED:
-                size = held_size(unsent)
-                booked += size
-            state.requests_completed += 1
-            if status >= _FAILED:
-                state.requests_failed += 1
-            if conn.state is _CLOSED:
-                continue  # closed at stop
-            if replied and not unsent and status is not _CLOSE and not conn.peer_gone \
-                    and not conn.closing and not stopping:
-                # The common case: the worker wrote the whole reply. What _reply_sent
-                # does, in one step.
-                conn.answered()
-                conn.last_activity = now
-                if conn.leftover or conn.interest != _EPOLLIN:
-                    self._resume_reading(conn, now, batch)
-                continue
-            conn.request_done()
-            if status is Status.CLOSE or unsent is WRITE_FAILED or \
-                    (conn.peer_gone and not unsent):
-                self._really_close(conn, "write failed" if unsent is WRITE_FAILED else None)
-                continue
-            if not replied:
-                conn.advance(Event.NO_REPLY)
-                self._resume_reading(conn, now, batch)
-                continue
-            conn.advance(Event.REPLY_READY)
-            if unsent:
-                self._hold_output(conn, unsent, now, size)
-            else:
-                self._reply_sent(conn, now, batch)
+            booked += self._book(conn, unsent, status, replied, now, batch, stopping)
         if booked:
             # After _hold_output has counted (or refused) them: a waiting worker then
             # sees the held total, not a moment with the bytes counted nowhere.
             self.booked_unsent(booked)
+
+    def _book(self, conn: Connection, unsent: Any, status: Status, replied: bool,
+              now: float, batch: list[tuple[Connection, Any]], stopping: bool) -> int:
+        """Book one request's outcome (from a worker or an inline call): release its
+        frame and move its connection on. Returns the unsent reply bytes it held."""
+        conn.share.busy -= 1
+        state = self._state
+        size = 0
+        if unsent and unsent is not WRITE_FAILED:
+            size = held_size(unsent)
+        state.requests_completed += 1
+        if status >= _FAILED:
+            state.requests_failed += 1
+        if conn.state is _CLOSED:
+            return size  # closed at stop
+        if replied and not unsent and status is not _CLOSE and not conn.peer_gone \
+                and not conn.closing and not stopping:
+            # The common case: the whole reply went out. What _reply_sent does, in one
+            # step.
+            conn.answered()
+            conn.last_activity = now
+            if conn.leftover or conn.interest != _EPOLLIN:
+                self._resume_reading(conn, now, batch)
+            return size
+        conn.request_done()
+        if status is Status.CLOSE or unsent is WRITE_FAILED or \
+                (conn.peer_gone and not unsent):
+            self._really_close(conn, "write failed" if unsent is WRITE_FAILED else None)
+            return size
+        if not replied:
+            conn.advance(Event.NO_REPLY)
+            self._resume_reading(conn, now, batch)
+            return size
+        conn.advance(Event.REPLY_READY)
+        if unsent:
+            self._hold_output(conn, unsent, now, size)
+        else:
+            self._reply_sent(conn, now, batch)
+        return size
 
     # ----------------------------------------------------------------- events
 
@@ -387,6 +448,17 @@ class Selector(Lifetime):
         pool = self.pool
         tasks = batch[:]
         batch.clear()  # overload replies may complete pipelined frames: next pass's batch
+        inline_keys = self.policy.inline
+        inline: list[tuple[Connection, Any, bytes]] = []
+        if inline_keys:
+            queued = []
+            for conn, frame in tasks:
+                key = method_key(frame)
+                if key in inline_keys:
+                    inline.append((conn, frame, key))
+                else:
+                    queued.append((conn, frame))
+            tasks = queued
         room = max(pool.room(), 0)
         over = tasks[room:] if len(tasks) > room else ()
         if over:
@@ -403,6 +475,84 @@ class Selector(Lifetime):
             pool.submit_many(behind, wake=False, ahead=ahead)   # woken by the next poll
         for conn, frame in over:
             self._overloaded(conn, frame, now, batch)
+        if inline:
+            for item in inline:
+                item[0].share.busy += 1
+            self._state.requests_submitted += len(inline)
+            self._run_inline(inline, now, batch)
+
+    def _run_inline(self, calls: list[tuple[Connection, Any, bytes]], now: float,
+                    batch: list[tuple[Connection, Any]]) -> None:
+        """Run calls of methods proven fast here, in the selector thread, and book
+        each at once (inline.py). Raises _TakenOver when one blocked long enough for
+        another thread to take the loop over: this thread is then a worker with one
+        reply to deliver, and it leaves the rest of these calls to the pool."""
+        dispatch = self.dispatcher.dispatch
+        policy = self.policy
+        lock = self._lead_lock
+        epoch = self._epoch
+        self._inline_batch = calls
+        for i, (conn, frame, key) in enumerate(calls):
+            started = perf_counter()
+            self._inline_index = i
+            self._inline_key = key
+            self._inline_since = started        # before the watch's `asleep` is read
+            self.inline_calls += 1
+            watch = self._watch
+            if watch is None or watch.asleep:
+                self._wake_watch()
+            try:
+                reply, status = dispatch(frame, conn.peer, conn.principal)
+            except BaseException:  # noqa: BLE001 - a bug must not stop the selector
+                log.exception("dispatch_crashed", peer=conn.peer, effect="connection closed")
+                reply, status = None, _CLOSE
+            with lock:
+                self._inline_since = 0.0
+                taken_over = self._epoch != epoch
+            if taken_over:
+                self.deliver(conn, reply, status)   # the rest went to the pool already
+                raise _TakenOver
+            took = perf_counter() - started
+            if took >= SLOW_SECS:
+                policy.ran_inline(key, took)
+            unsent: Any = None
+            if reply is not None and status is not _CLOSE:
+                unsent = send_now(conn.io, reply)
+            self._book(conn, unsent, status, reply is not None, now, batch,
+                       self.stop_requested)
+
+    def _wake_watch(self) -> None:
+        if self._watch is None:
+            self._watch = InlineWatch(lambda: self._inline_since,
+                                      lambda: self.inline_calls, self._take_over,
+                                      lambda: thread_runnable(self._leader_tid))
+        self._watch.wake()
+
+    def _take_over(self, since: float) -> None:
+        """Called by the watch when the inline call that began at ``since`` still runs:
+        the loop continues in a new thread, the method goes back to the pool."""
+        with self._lead_lock:
+            if self._inline_since != since:
+                return          # that call ended meanwhile
+            self._epoch += 1
+            self._inline_since = 0.0
+            key = self._inline_key
+            # The calls read in the same pass behind the blocked one: to the pool now,
+            # not when (if ever) it returns.
+            rest = [(conn, frame) for conn, frame, _ in
+                    self._inline_batch[self._inline_index + 1:]]
+            self._leaders += 1
+            self._state.selector_takeovers += 1
+        if rest:
+            self.pool.submit_many(rest)
+        blocked = perf_counter() - since
+        self.policy.demote(key, blocked)
+        log.warning("inline_call_blocked", method=key.decode("utf-8", "replace"),
+                    blocked_ms=round(blocked * 1000, 1),
+                    effect="a new selector thread carries on; the method goes back to "
+                           "the worker pool")
+        threading.Thread(target=self._lead, name=f"nimbus-selector-{self._leaders}",
+                         daemon=True).start()
 
     def _overloaded(self, conn: Connection, frame: Any, now: float,
                     batch: list[tuple[Connection, Any]]) -> None:
@@ -552,7 +702,9 @@ class Selector(Lifetime):
 
     def _tls_check_pending(self, conn: Connection) -> None:
         st = conn.state
-        if (st is _READING_HEADER or st is _READING_FRAME) and conn.tls.pending():
+        # conn.io: ssl's C object (or the TLSStream), whose pending() is the same.
+        io: Any = conn.io
+        if (st is _READING_HEADER or st is _READING_FRAME) and io.pending():
             self._tls_ready.append(conn)
 
     def _read_tls_ready(self, now: float, batch: list[tuple[Connection, Any]]) -> None:

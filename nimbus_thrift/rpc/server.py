@@ -150,6 +150,8 @@ class Server:
             read_budget_overcommits=self._budget.overcommits,
             tls_handshakes=st.tls_handshakes,
             tls_handshakes_failed=st.tls_handshakes_failed,
+            requests_inline=selector.inline_calls if selector is not None else 0,
+            selector_takeovers=st.selector_takeovers,
         )
 
     # ----------------------------------------------------------------- selector thread
