@@ -41,7 +41,7 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$sta
 fi
 # An edited accelerator is rebuilt (the editable install builds both in place).
 stale=""
-for module in _fastio _wire; do
+for module in _fastio _wire _compact; do
   so=$(ls nimbus_thrift/rpc/$module*.so 2>/dev/null | head -n 1 || true)
   if [ -z "$so" ] || [ nimbus_thrift/rpc/$module.c -nt "$so" ] || [ setup.py -nt "$so" ]; then
     stale=1

@@ -18,7 +18,12 @@ Layers, each importing only those below it::
     memory      the server-wide read-buffer budget      metrics  counters
     throttle    log lines at most once per peer per interval
     calls       call encoding and reply decoding for clients (no sockets)
+    forms       which form a client speaks (first bytes), the request object of
+                non-framed-binary forms, replies wrapped in the client's form
     binary      TBinaryProtocol (C fast path in _wire.c; pydecode the Python decoder)
+    compact     TCompactProtocol (C fast path in _compact.c)
+    unframed    where an unframed message ends: an incremental, bounded scan
+    header      THeader frames: parse, inflate ZLIB within a limit, echo
     decoded     what decoded objects cost, charged against a per-request budget
     fastio      socket calls (C in _fastio.c)           options, errors, context
 """

@@ -110,6 +110,12 @@ DEFAULT_BACKLOG = 1024
 #: message and holds that one to 16 MiB per 1 MiB frame.
 DEFAULT_DECODED_SIZE_FACTOR = 16
 
+#: The transports a server can tell apart on one port, from each connection's first
+#: bytes (rpc/forms.py): all are accepted unless ``transports=`` says otherwise.
+TRANSPORTS = ("framed", "unframed", "header")
+#: The protocols likewise (THeader frames carry one of them too).
+PROTOCOLS = ("binary", "compact")
+
 
 class OptionError(ValueError):
     """An option has a value the server cannot run with. The message is a sentence."""
@@ -161,6 +167,11 @@ class ServerOptions:
     backlog: int = DEFAULT_BACKLOG
     #: The decoded-size budget: bytes in a frame times this (see rpc/decoded.py).
     decoded_size_factor: float = DEFAULT_DECODED_SIZE_FACTOR
+    #: Transports accepted: any of TRANSPORTS; a client in another is closed with a
+    #: log line. Framed is what Storm's clients use; unframed is TBufferedTransport.
+    transports: tuple[str, ...] = TRANSPORTS
+    #: Protocols accepted: any of PROTOCOLS.
+    protocols: tuple[str, ...] = PROTOCOLS
 
     def __post_init__(self) -> None:
         for name in ("worker_threads", "worker_queue_size", "max_frame_size",
@@ -217,6 +228,14 @@ class ServerOptions:
         if self.principal_from_cert is not None and not callable(self.principal_from_cert):
             raise OptionError(f"principal_from_cert must be callable, "
                               f"not {self.principal_from_cert!r}.")
+        for name, known in (("transports", TRANSPORTS), ("protocols", PROTOCOLS)):
+            value = getattr(self, name)
+            if isinstance(value, str) or not isinstance(value, (tuple, list, set, frozenset)) \
+                    or not value or not all(isinstance(v, str) and v in known for v in value):
+                raise OptionError(f"{name} must be a non-empty collection of "
+                                  f"{', '.join(repr(k) for k in known)}, not {value!r}.")
+            # Frozen: keep it a tuple in the canonical order, whatever was given.
+            object.__setattr__(self, name, tuple(k for k in known if k in value))
         for name in ("strict_read", "inline_calls"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"{name} must be True or False, "

@@ -36,7 +36,6 @@ from typing import Any
 
 import structlog
 
-from . import binary
 from .completion import WRITE_FAILED, held_size, send_now, unsent_part
 from .connection import SCRATCH_SIZE, Connection, Event, State
 from .deadlines import ParkTimeoutError
@@ -429,8 +428,8 @@ class Selector(Lifetime):
             log.warning("frame_refused", peer=conn.peer, size=error.size, limit=error.limit,
                         limit_name=error.what, method=name or None, seqid=seqid,
                         effect="TApplicationException, then close")
-            reply = binary.encode_framed_application_exception(
-                name, seqid, str(error), AppErrorCode.PROTOCOL_ERROR)
+            # In the client's own form (framed binary, compact, unframed, THeader).
+            reply = conn.error_reply(name, seqid, str(error), AppErrorCode.PROTOCOL_ERROR)
         elif isinstance(error, NotThriftError):
             log.warning("not_framed_thrift", peer=conn.peer, detected=error.kind,
                         first_bytes=error.first_bytes.hex(), effect="connection closed")

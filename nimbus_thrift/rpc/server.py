@@ -178,7 +178,9 @@ def make_server(service: ModuleType | Any, handler: object, host: str = "127.0.0
         handler: the object whose methods implement ``service``.
         host, port: where to listen; port 0 picks a free port (read it from ``start()``).
         services: ``{"Name": (service, handler)}`` for TMultiplexedProtocol clients.
-        **options: any :class:`~nimbus_thrift.rpc.options.ServerOptions` field.
+        **options: any :class:`~nimbus_thrift.rpc.options.ServerOptions` field, e.g.
+            ``transports=("framed",)`` or ``protocols=("binary",)`` to accept fewer
+            forms of client than all (rpc/forms.py).
 
     Raises:
         OptionError: an unknown option or an invalid value.
@@ -189,5 +191,7 @@ def make_server(service: ModuleType | Any, handler: object, host: str = "127.0.0
         raise OptionError("give both a service and its handler, or neither (with services=).")
     default = (service, handler) if service is not None else None
     dispatcher = Dispatcher(default, services, strict_read=opts.strict_read,
-                            decoded_size_factor=opts.decoded_size_factor)
+                            decoded_size_factor=opts.decoded_size_factor,
+                            transports=opts.transports, protocols=opts.protocols,
+                            max_message_size=opts.max_frame_size)
     return Server(dispatcher, host, port, opts)

@@ -211,13 +211,11 @@ def test_handler_raising_systemexit_does_not_kill_the_server(demo):
     (b"POST /thrift HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP"),
     (b"GET / HTTP/1.0\r\n\r\n", "HTTP"),
     (bytes.fromhex("16030100a5010000a10303") + b"\0" * 40, "TLS"),
-    (None, "unframed TBinaryProtocol"),
     (struct.pack(">i", -5), "negative frame length"),
 ])
 def test_bytes_that_are_not_framed_thrift_get_one_log_line_and_a_close(demo, logs, data,
                                                                        detected):
-    if data is None:
-        data = message("echo", 1, demo.Echo.echo_args(s="x"))   # no length prefix
+    # (Unframed binary is served now: tests/sockets/test_server_forms.py.)
     with serve(demo) as server:
         with connect(server.address) as sock:
             sock.sendall(data)

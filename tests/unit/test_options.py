@@ -168,3 +168,29 @@ def test_from_kwargs_still_validates_values() -> None:
     with pytest.raises(OptionError) as info:
         ServerOptions.from_kwargs(backlog=0)
     _assert_sentence(info.value, "backlog", 0)
+
+
+# --------------------------------------------------------------------------- forms
+
+
+def test_every_transport_and_protocol_accepted_by_default() -> None:
+    opts = ServerOptions()
+    assert opts.transports == ("framed", "unframed", "header")
+    assert opts.protocols == ("binary", "compact")
+
+
+def test_forms_are_kept_in_canonical_order_as_a_tuple() -> None:
+    opts = ServerOptions(transports=["header", "framed"], protocols={"compact"})
+    assert opts.transports == ("framed", "header")
+    assert opts.protocols == ("compact",)
+
+
+@pytest.mark.parametrize("name, value", [
+    ("transports", ()), ("transports", "framed"), ("transports", ("http",)),
+    ("transports", ("framed", 1)), ("protocols", ("json",)), ("protocols", None),
+    ("protocols", []),
+])
+def test_bad_forms_are_refused_with_a_sentence(name: str, value: object) -> None:
+    with pytest.raises(OptionError) as info:
+        ServerOptions(**{name: value})     # type: ignore[arg-type]
+    _assert_sentence(info.value, name, value)

@@ -1,0 +1,9 @@
+from typing import Any
+
+MAX_DEPTH: int
+
+def decode_struct(plan: list[Any], buf: Any, pos: int, end: int, budget: int = ...,
+                  /) -> tuple[Any, int] | None: ...
+def encode_message(name: str, mtype: int, seqid: int, payload: Any, plan: list[Any],
+                   /) -> bytes | None: ...
+def scan_message(buf: Any, compact: bool, limit: int, /) -> int: ...
