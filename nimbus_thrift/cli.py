@@ -45,13 +45,13 @@ def main() -> None:
     """nimbus-thrift: a Storm-Nimbus-like service on a half-sync/half-async Thrift server.
 
     Start the daemon with `nimbus` (`warm-up` first makes topologies start sooner);
-    `submit`, `list`, `info`, `kill`, `activate`, `deactivate`, `rebalance` and `conf`
-    talk to a running one: through the local daemon's Unix socket when it exists and no
-    host or port is given, else over TCP (--host/--port), with TLS given --tls-cert,
-    --tls-key or --tls-ca. Each setting also comes from NIMBUS_THRIFT_HOST, ..._PORT,
-    ..._TLS_CERT, ..._TLS_KEY, ..._TLS_CA, ..._UNIX_SOCKET, or from
-    ~/.config/nimbus-thrift/client.yaml (keys host, port, tls_cert, tls_key, tls_ca,
-    unix_socket); flags win over the environment, which wins over the file.
+    `submit`, `list`, `info`, `kill`, `activate`, `deactivate`, `rebalance`, `conf`,
+    `set-log-level` and `blob` talk to a running one: through the local daemon's Unix
+    socket when it exists and no host or port is given, else over TCP (--host/--port),
+    with TLS given --tls-cert, --tls-key or --tls-ca. Each setting also comes from
+    NIMBUS_THRIFT_HOST, ..._PORT, ..._TLS_CERT, ..._TLS_KEY, ..._TLS_CA, ..._UNIX_SOCKET,
+    or from ~/.config/nimbus-thrift/client.yaml (keys host, port, tls_cert, tls_key,
+    tls_ca, unix_socket); flags win over the environment, which wins over the file.
     """
 
 
@@ -579,6 +579,214 @@ def conf(target: Any, timeout: float, as_json: bool) -> None:
         click.echo(render.table(["KEY", "VALUE"],
                                 [(k, json.dumps(v) if not isinstance(v, str) else v)
                                  for k, v in sorted(values.items())]))
+
+
+# --- the blob store -------------------------------------------------------------------
+
+class _Acl(click.ParamType):
+    """Storm's ACL string (``u:alice:rwa,u:bob:rw,o::r``) as AccessControl structs."""
+    name = "ACL"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, list):
+            return value
+        from .client.blobs import parse_acl
+        try:
+            return parse_acl(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+_file_in = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
+@main.group()
+def blob() -> None:
+    """The blob store (as `storm blobstore`): named files with ACLs that topologies
+    see in their work directory (topology.blobstore.map).
+
+    ACLs are comma-separated entries TYPE:NAME:ACCESS, TYPE u (user) or o (everyone
+    else), ACCESS of r (read), w (write), a (admin): -a u:alice:rwa,u:bob:rw,o::r. The
+    creator always gets rwa.
+    """
+
+
+def _upload(target: Any, timeout: float, key: str, file: Path | None, create: bool,
+            acl: list[Any] | None = None, replication: int | None = None) -> int:
+    from .client.blobs import upload_blob
+
+    with _nimbus(target, timeout) as client:
+        if file is None:
+            return upload_blob(client, key, sys.stdin.buffer,
+                               create=create, acl=acl, replication=replication)
+        try:
+            source = open(file, "rb")
+        except OSError as exc:
+            raise click.ClickException(f"cannot read {file}: {exc.strerror}") from None
+        with source:
+            return upload_blob(client, key, source, create=create, acl=acl,
+                               replication=replication)
+
+
+@blob.command("create")
+@click.argument("key")
+@click.option("-f", "--file", type=_file_in, help="The content.  [default: stdin]")
+@click.option("-a", "--acl", type=_Acl(), default="", help="Who may do what (see above).")
+@click.option("-r", "--replication-factor", type=click.IntRange(1),
+              help="Accepted for Storm's sake; one daemon keeps one copy.")
+@_client_options
+def blob_create(key: str, file: Path | None, acl: list[Any], replication_factor: int | None,
+                target: Any, timeout: float) -> None:
+    """Create the blob KEY."""
+    size = _upload(target, timeout, key, file, True, acl, replication_factor)
+    click.echo(f"created {key} ({size:,} bytes)", err=True)
+
+
+@blob.command("update")
+@click.argument("key")
+@click.option("-f", "--file", type=_file_in, help="The new content.  [default: stdin]")
+@_client_options
+def blob_update(key: str, file: Path | None, target: Any, timeout: float) -> None:
+    """Replace the content of KEY (running topologies that map it see the new file)."""
+    size = _upload(target, timeout, key, file, False)
+    click.echo(f"updated {key} ({size:,} bytes)", err=True)
+
+
+@blob.command("cat")
+@click.argument("key")
+@click.option("-f", "--file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write to this file (replaced whole, never partly).  [default: stdout]")
+@_client_options
+def blob_cat(key: str, file: Path | None, target: Any, timeout: float) -> None:
+    """Print the content of KEY."""
+    from .client.blobs import BlobTooLarge, download_blob, download_blob_to
+
+    with _nimbus(target, timeout) as client:
+        try:
+            if file is None:
+                out = sys.stdout.buffer
+                download_blob(client, key, out)
+                out.flush()
+            else:
+                download_blob_to(client, key, file)
+        except BlobTooLarge as exc:
+            raise click.ClickException(str(exc)) from None
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {file or 'stdout'}: "
+                                       f"{exc.strerror or exc}") from None
+
+
+@blob.command("list")
+@click.argument("keys", nargs=-1)
+@_client_options
+@_json_option
+def blob_list(keys: tuple[str, ...], target: Any, timeout: float, as_json: bool) -> None:
+    """List blobs (all, or the KEYS named) with their version and ACL."""
+    from .client.blobs import blob_rows
+
+    with _nimbus(target, timeout) as client:
+        rows = blob_rows(client, list(keys) if keys else None)
+    if as_json:
+        _echo_json([{"key": k, "version": v, "acl": a} for k, v, a in rows])
+    else:
+        click.echo(render.blobs_table(rows))
+
+
+@blob.command("delete")
+@click.argument("keys", nargs=-1, required=True)
+@_client_options
+def blob_delete(keys: tuple[str, ...], target: Any, timeout: float) -> None:
+    """Delete the blobs KEYS (refused while a topology maps one)."""
+    with _nimbus(target, timeout) as client:
+        for key in keys:
+            client.call("deleteBlob", key)
+            click.echo(f"deleted {key}", err=True)
+
+
+@blob.command("set-acl")
+@click.argument("key")
+@click.option("-s", "--set", "acl", type=_Acl(),
+              help="The new ACL (see above); without it the current one is printed.")
+@_client_options
+def blob_set_acl(key: str, acl: list[Any] | None, target: Any, timeout: float) -> None:
+    """Replace the ACL of KEY (needs a for admin; you keep a)."""
+    from .client.blobs import acl_text
+
+    with _nimbus(target, timeout) as client:
+        if acl is not None:
+            client.call("setBlobMeta", key, client.idl.SettableBlobMeta(acl=acl))
+        meta = client.call("getBlobMeta", key)
+    click.echo(f"{key} {acl_text(meta.settable.acl)}")
+
+
+# --- log levels ---------------------------------------------------------------------------
+
+#: Storm's (log4j's) level names; ours map them onto Python's (WARN: WARNING, ...).
+LOG_LEVEL_NAMES = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "FATAL",
+                   "CRITICAL", "OFF")
+#: The longest reset timeout the daemon accepts (nimbus/log_calls.py's MAX_RESET_SECS,
+#: a year): checked here too, so a typo is refused before anything is sent.
+MAX_LOG_TIMEOUT_SECS = 365 * 86400
+
+
+class _LogSetting(click.ParamType):
+    """``NAME=LEVEL[:TIMEOUT]`` (storm set_log_level -l) as (name, level, timeout)."""
+    name = "NAME=LEVEL[:SECS]"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[str, str, int]:
+        if isinstance(value, tuple):
+            return value
+        logger, sep, rest = str(value).partition("=")
+        if not sep or not logger or not rest:
+            self.fail(f"{value!r} is not LOGGER=LEVEL[:SECONDS] (e.g. ROOT=DEBUG:30)",
+                      param, ctx)
+        level, _, timeout = rest.partition(":")
+        if level.upper() not in LOG_LEVEL_NAMES:
+            self.fail(f"{value!r}: {level!r} is not one of {', '.join(LOG_LEVEL_NAMES)}",
+                      param, ctx)
+        secs = 0
+        if timeout:
+            try:
+                secs = int(timeout)
+            except ValueError:
+                self.fail(f"{value!r}: the timeout {timeout!r} is not a whole number of "
+                          "seconds", param, ctx)
+            if not 0 <= secs <= MAX_LOG_TIMEOUT_SECS:
+                self.fail(f"{value!r}: the timeout must be 0 to {MAX_LOG_TIMEOUT_SECS} "
+                          "seconds", param, ctx)
+        return logger, level.upper(), secs
+
+
+@main.command("set-log-level")
+@click.argument("name")
+@click.option("-l", "--log-setting", "settings", multiple=True, type=_LogSetting(),
+              help="Set a logger's level, for SECS seconds if given (0 or none: until "
+                   "changed). ROOT is the root logger. Repeatable.")
+@click.option("-r", "--remove-log-setting", "removed", multiple=True, metavar="LOGGER",
+              help="Undo an earlier -l of LOGGER: back to its original level. Repeatable.")
+@_client_options
+def set_log_level(name: str, settings: tuple[tuple[str, str, int], ...],
+                  removed: tuple[str, ...], target: Any, timeout: float) -> None:
+    """Change log levels inside the running topology NAME, without a restart (as
+    `storm set_log_level`): -l ROOT=DEBUG:30 -l my.module=WARN -r other.module."""
+    if not settings and not removed:
+        raise click.UsageError("nothing to change: give -l LOGGER=LEVEL[:SECS] or "
+                               "-r LOGGER")
+    with _nimbus(target, timeout) as client:
+        idl = client.idl
+        levels = {logger: idl.LogLevel(action=idl.LogLevelAction.UPDATE,
+                                       target_log_level=level,
+                                       reset_log_level_timeout_secs=secs)
+                  for logger, level, secs in settings}
+        levels.update({logger: idl.LogLevel(action=idl.LogLevelAction.REMOVE)
+                       for logger in removed})
+        client.call("setLogConfig", _topology_id(client, name),
+                    idl.LogConfig(named_logger_level=levels))
+    for logger, level, secs in settings:
+        click.echo(f"{name}: {logger} set to {level}"
+                   + (f" for {secs} s" if secs else ""), err=True)
+    for logger in removed:
+        click.echo(f"{name}: {logger} back to its original level", err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

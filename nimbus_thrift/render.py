@@ -115,7 +115,9 @@ def component_rows(info: Any) -> list[dict[str, Any]]:
         specific = stats.specific
         if specific is not None and specific.bolt is not None:
             executed = specific.bolt.executed.get(":all-time", {})
-            latency = specific.bolt.execute_ms_avg.get(":all-time", {})
+            # The batch latency, as for spouts below (execute_ms_avg is now the task
+            # time per tuple, see runner/figures.py).
+            latency = specific.bolt.process_ms_avg.get(":all-time", {})
         elif specific is not None and specific.spout is not None:
             executed = specific.spout.acked.get(":all-time", {})
             latency = specific.spout.complete_ms_avg.get(":all-time", {})
@@ -168,3 +170,10 @@ def info_text(info: Any) -> str:
         for component, e in errors[-20:]:
             lines.append(f"  [{component}] {e.error}")
     return "\n".join(lines)
+
+
+def blobs_table(rows: Iterable[tuple[str, int | None, str]]) -> str:
+    """``(key, version, acl)`` rows of the blob store, as ``storm blobstore list``."""
+    return table(["KEY", "VERSION", "ACL"],
+                 [(key, "-" if version is None else str(version), acl)
+                  for key, version, acl in rows])

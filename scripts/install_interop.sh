@@ -2,19 +2,23 @@
 # Installs the real Thrift peers the interoperability tests (tests/test_interop_*.py) talk to,
 # idempotently (each step runs only when its output is missing or stale):
 #   - Debian's thrift-compiler (the `thrift` command), from apt;
-#   - Debian's libthrift-java and libslf4j-java (the Java TLS client), from apt;
+#   - Debian's libthrift-java and libslf4j-java (the Java clients: TLS, Storm 2.x), from apt;
 #   - Node's `thrift` package, pinned in tests/interop/node/package-lock.json, via `npm ci`;
 #   - Apache Storm's own IDL, for the Nimbus compatibility tests: the streamparse 5.0.1 wheel
 #     (PyPI, no dependencies) embeds Storm 1.1's storm.thrift; it is downloaded into
 #     tests/interop/cache/ and extracted by tests/interop/storm_idl.py to
 #       tests/interop/storm/storm.thrift
+#     Storm 2.x's IDL is on no registry this project reaches (Storm ships it in its source
+#     tree, and as generated Java classes in Maven Central's storm-client jar): the Storm 2.x
+#     clients of the tests are generated from idl/nimbus.thrift, which follows it (Python
+#     here, Java by tests/interop/test_interop_storm2.py with the libthrift-java above).
 #   - generated code (gitignored; rebuilt when its IDL is newer):
 #       tests/interop/gen-py/           `thrift --gen py` of idl/demo.thrift (Apache Thrift
 #                                       Python tests)
 #       tests/interop/node/gen-nodejs/  `thrift --gen js:node` of idl/demo.thrift (beside
 #                                       node_modules, so require('thrift') resolves there)
 #       tests/interop/gen-storm-py/     `thrift --gen py` of Storm's storm.thrift
-#       tests/interop/gen-nimbus-py/    `thrift --gen py` of idl/nimbus.thrift
+#       tests/interop/gen-nimbus-py/    `thrift --gen py` of idl/nimbus.thrift (Storm 2.x's API)
 # Called by scripts/setup.sh; safe to run on its own. Exits non-zero with a message on failure.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -65,7 +69,8 @@ if ! command -v thrift >/dev/null 2>&1; then
 fi
 say "compiler: $(thrift --version)"
 
-# --- libthrift-java (apt), for the Java TLS client of tests/interop/test_interop_tls.py ----
+# --- libthrift-java (apt), for the Java clients of tests/interop/test_interop_tls.py and ---
+# --- test_interop_storm2.py ---------------------------------------------------------------
 if [ ! -f /usr/share/java/libthrift.jar ] && [ ! -f /usr/share/java/thrift.jar ] \
     || [ ! -f /usr/share/java/slf4j-api.jar ]; then
   command -v apt-get >/dev/null 2>&1 || die "no libthrift-java and no apt-get: install Apache Thrift's Java library by hand"

@@ -60,6 +60,7 @@ from .defaults import (DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_INITIAL, DEFAULT_
                        DEFAULT_WAIT_TIMEOUT, READ_ONLY_METHODS)
 from .errors import (UNIX_PORT, ConnectionLost, DownloadTooLarge, FrameRefused,
                      NimbusClientError)
+from .storm2 import StormTwoMethods
 from .submit import submit_topology, wait_for_topology
 from .tls import ClientTls, client_context
 from .transport import FramedTransport
@@ -117,7 +118,7 @@ def _unix_path(path: Any) -> str:
     return text
 
 
-class NimbusClient(FramedTransport):
+class NimbusClient(FramedTransport, StormTwoMethods):
     """A connection to one Nimbus, with every method of the Nimbus IDL.
 
     Each IDL method is a method here with the IDL's argument names (positional or

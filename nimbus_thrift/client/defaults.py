@@ -54,4 +54,11 @@ DEFAULT_POLL_INTERVAL = 0.5
 READ_ONLY_METHODS = frozenset({
     "getNimbusConf", "getClusterInfo", "getTopologyInfo", "getTopologyConf",
     "getTopology", "getUserTopology", "getLeader", "isTopologyNameAllowed",
+    # Storm 2.x's (not listBlobs, beginBlobDownload, downloadBlobChunk: they move a
+    # server-side cursor).
+    "getTopologySummaries", "getTopologySummaryByName", "getTopologySummary",
+    "getTopologyInfoByName", "getTopologyInfoWithOpts", "getTopologyInfoByNameWithOpts",
+    "getTopologyPageInfo", "getComponentPageInfo", "getSupervisorPageInfo", "getLogConfig",
+    "getTopologyHistory", "getOwnerResourceSummaries", "getComponentPendingProfileActions",
+    "getBlobMeta", "getBlobReplication", "isRemoteBlobExists",
 })

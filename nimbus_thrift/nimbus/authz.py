@@ -15,11 +15,15 @@ TOPOLOGY_READ  as TOPOLOGY, and ``topology.readonly.users``
 CODE           a topology's code: as TOPOLOGY_READ; a finished upload: as UPLOAD
 UPLOAD         ``admins`` and the principal that began the upload
 DOWNLOAD       the principal that began the download session, nobody else
+SUPERVISOR     ``admins`` only: calls of Storm's own supervisors and workers, of which
+               there are none on Spark (Storm's ``nimbus.supervisor.users``)
 =============  ====================================================================
 
 A submit is USER, and its upload must also pass UPLOAD: nobody submits code someone
-else uploaded. A refusal is :class:`Unauthorized` (the handler answers the IDL's
-``AuthorizationException``), raised before the call changes anything.
+else uploaded. The blob store's methods are USER here; each blob's own ACL
+(``SettableBlobMeta``) is checked by the blob calls themselves. A refusal is
+:class:`Unauthorized` (the handler answers the IDL's ``AuthorizationException``),
+raised before the call changes anything.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class Rule(enum.Enum):
     CODE = "code"
     UPLOAD = "upload"
     DOWNLOAD = "download"
+    SUPERVISOR = "supervisor"
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,50 @@ METHODS: dict[str, Method] = {
     "getTopologyConf": Method(Rule.TOPOLOGY_READ, audit_all=False),
     "getTopology": Method(Rule.TOPOLOGY_READ, audit_all=False),
     "getUserTopology": Method(Rule.TOPOLOGY_READ, audit_all=False),
+    # Storm 2.x: summaries and lookups (user level, as in SimpleACLAuthorizer; the
+    # ones that show a topology's details are topology reads).
+    "getTopologySummaries": Method(Rule.USER, audit_all=False),
+    "getTopologySummaryByName": Method(Rule.USER, audit_all=False),
+    "getTopologySummary": Method(Rule.USER, audit_all=False),
+    "getTopologyInfoByName": Method(Rule.TOPOLOGY_READ, audit_all=False),
+    "getTopologyInfoWithOpts": Method(Rule.TOPOLOGY_READ, audit_all=False),
+    "getTopologyInfoByNameWithOpts": Method(Rule.TOPOLOGY_READ, audit_all=False),
+    "getTopologyHistory": Method(Rule.USER, audit_all=False),
+    "getOwnerResourceSummaries": Method(Rule.USER, audit_all=False),
+    # Page info (the UI's pages).
+    "getTopologyPageInfo": Method(Rule.TOPOLOGY_READ, audit_all=False),
+    "getComponentPageInfo": Method(Rule.TOPOLOGY_READ, audit_all=False),
+    "getSupervisorPageInfo": Method(Rule.USER, audit_all=False),
+    # Log levels and tuple sampling: changing them controls the topology.
+    "setLogConfig": Method(Rule.TOPOLOGY, audit_all=True),
+    "getLogConfig": Method(Rule.TOPOLOGY_READ, audit_all=False),
+    "debug": Method(Rule.TOPOLOGY, audit_all=True),
+    # Profiling and credentials (not supported on Spark, still checked and audited).
+    "setWorkerProfiler": Method(Rule.TOPOLOGY, audit_all=True),
+    "getComponentPendingProfileActions": Method(Rule.TOPOLOGY_READ, audit_all=False),
+    "uploadNewCredentials": Method(Rule.TOPOLOGY, audit_all=True),
+    # The blob store: USER here, then the blob's ACL. Chunks are bracketed by their
+    # session's begin and finish (audited), like the file transfers.
+    "beginCreateBlob": Method(Rule.USER, audit_all=True),
+    "beginUpdateBlob": Method(Rule.USER, audit_all=True),
+    "uploadBlobChunk": Method(Rule.USER, audit_all=False),
+    "finishBlobUpload": Method(Rule.USER, audit_all=True),
+    "cancelBlobUpload": Method(Rule.USER, audit_all=True),
+    "getBlobMeta": Method(Rule.USER, audit_all=False),
+    "setBlobMeta": Method(Rule.USER, audit_all=True),
+    "beginBlobDownload": Method(Rule.USER, audit_all=False),
+    "downloadBlobChunk": Method(Rule.USER, audit_all=False),
+    "deleteBlob": Method(Rule.USER, audit_all=True),
+    "listBlobs": Method(Rule.USER, audit_all=False),
+    "getBlobReplication": Method(Rule.USER, audit_all=False),
+    "updateBlobReplication": Method(Rule.USER, audit_all=True),
+    "isRemoteBlobExists": Method(Rule.USER, audit_all=False),
+    "createStateInZookeeper": Method(Rule.USER, audit_all=False),
+    # Storm's supervisors and workers: none on Spark.
+    "getSupervisorAssignments": Method(Rule.SUPERVISOR, audit_all=False),
+    "sendSupervisorWorkerHeartbeats": Method(Rule.SUPERVISOR, audit_all=False),
+    "sendSupervisorWorkerHeartbeat": Method(Rule.SUPERVISOR, audit_all=False),
+    "processWorkerMetrics": Method(Rule.SUPERVISOR, audit_all=False),
 }
 
 
@@ -204,8 +253,9 @@ class Authorizer:
 
     # --- checks, by the table ---------------------------------------------------------
     def check(self, call: Call, topology: TopologyAcl | None = None) -> None:
-        """Check ``call`` by its method's rule (USER, TOPOLOGY, TOPOLOGY_READ, or CODE
-        for a topology's code: pass the topology for the topology rules).
+        """Check ``call`` by its method's rule (USER, SUPERVISOR, TOPOLOGY,
+        TOPOLOGY_READ, or CODE for a topology's code: pass the topology for the
+        topology rules).
 
         Raises:
             Unauthorized: the call's principal may not make it.
@@ -219,6 +269,12 @@ class Authorizer:
                 raise Unauthorized(principal, call.operation, "",
                                    "only the principals in users and admins may use "
                                    "this nimbus")
+            return
+        if rule is Rule.SUPERVISOR:
+            if not self.is_admin(principal):
+                raise Unauthorized(principal, call.operation, "",
+                                   "only admins may make the calls of Storm's "
+                                   "supervisors")
             return
         assert topology is not None and rule in (Rule.TOPOLOGY, Rule.TOPOLOGY_READ,
                                                  Rule.CODE), (call.operation, rule)

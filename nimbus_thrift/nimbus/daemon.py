@@ -237,7 +237,8 @@ class NimbusDaemon:
             self._force_database_modes(database)     # and what opening created
             self.handler = NimbusHandler(nimbus_idl(), config, self.store, launcher,
                                          clock=self._clock)
-            for directory in (self.handler.transfers.inbox, self.handler.topologies_dir):
+            for directory in (self.handler.transfers.inbox, self.handler.topologies_dir,
+                              self.handler.blobs.dir):
                 force_mode(directory, DIR_MODE)
             self.handler.recover()
             transport: dict[str, Any] = {}

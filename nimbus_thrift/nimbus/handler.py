@@ -58,10 +58,16 @@ from .codecheck import parse_in_child
 from .config import NimbusConfig
 from .launcher import Launcher, LaunchSpec
 from .lifecycle import GONE, PREVIOUS, Event, Status, next_status
+from .blob_calls import BlobCalls
+from .blobstore import BlobStore
 from .listing import CountsCache
+from .log_calls import LogCalls
 from .locks import KeyedLocks
+from .page_calls import PageCalls
 from .store import Action, Store, TopologyRecord
+from .storm2_calls import StormTwoCalls
 from .timers import Timers
+from .timeseries import Sampler, TimeSeries
 from .transfer_calls import TransferCalls
 from .wire_errors import client_errors as _client_errors
 from .transfers import TransferLimits, Transfers
@@ -87,10 +93,13 @@ CLOSE_WAIT_SECS = 5.0
 P = ParamSpec("P")
 
 
-class NimbusHandler(TransferCalls):
+class NimbusHandler(LogCalls, PageCalls, StormTwoCalls, BlobCalls, TransferCalls):
     """Implements ``service Nimbus`` of idl/nimbus.thrift: the state-changing calls
     here, the file transfers in :class:`~.transfer_calls.TransferCalls`, the read-only
-    ones in :class:`~.queries.NimbusQueries`."""
+    ones in :class:`~.queries.NimbusQueries`, Storm 2.x's summaries, lookups and the
+    calls Spark has no meaning for in :class:`~.storm2_calls.StormTwoCalls`, the blob
+    store in :class:`~.blob_calls.BlobCalls`, run-time log levels and tuple sampling in
+    :class:`~.log_calls.LogCalls`, the UI's page info in :class:`~.page_calls.PageCalls`."""
 
     def __init__(self, idl: ModuleType, config: NimbusConfig, store: Store,
                  launcher: Launcher, *, clock: Callable[[], float] = time.time):
@@ -115,6 +124,7 @@ class NimbusHandler(TransferCalls):
             retention_secs=config.upload_retention_secs,
             chunk_bytes=config.download_chunk_bytes, clock=clock,
             limits=TransferLimits.of(config))
+        self.blobs = BlobStore.of(config, store, self.transfers, self.topologies_dir, clock)
         self.timers = Timers(self.run_action, self._sweep,
                              sweep_every=config.sweep_secs, clock=clock)
         self.background = SerialQueues()
@@ -129,6 +139,9 @@ class NimbusHandler(TransferCalls):
         self._memory_budget = config.spark_memory_budget or default_budget()
         self._protocol = TBinaryProtocolFactory()
         self._structs: dict[str, Any] = {}
+        #: Each topology's component figures over time: the page-info calls' windows.
+        self.figures = TimeSeries()
+        self._figure_sampler = Sampler(self.sample_figures)
         self.address = (config.host, config.port)
 
     # --- life of the daemon ---------------------------------------------------------
@@ -137,6 +150,7 @@ class NimbusHandler(TransferCalls):
         re-arm timers, hand every known topology to the launcher again (which adopts
         what still runs)."""
         self.transfers.recover()
+        self.blobs.recover()
         ids = self.store.topology_ids()
         self._sweep_work_dirs(ids)
         for action in self.store.actions():
@@ -189,8 +203,10 @@ class NimbusHandler(TransferCalls):
             host = socket.getfqdn()
         self.address = (host, port)
         self.timers.start()
+        self._figure_sampler.start()
 
     def close(self) -> None:
+        self._figure_sampler.stop()
         self.timers.stop()
         self.background.close(CLOSE_WAIT_SECS)
 
@@ -200,6 +216,7 @@ class NimbusHandler(TransferCalls):
         # cannot delete it in between.
         with self._names_lock:
             self.transfers.sweep()
+            self.blobs.sweep()
 
     # --- submit ---------------------------------------------------------------------
     @_client_errors
@@ -224,6 +241,7 @@ class NimbusHandler(TransferCalls):
         problem = acl_conf_problem(conf)
         if problem is not None:
             raise InvalidTopology(problem)
+        self._check_topology_blobs(call, conf)
         initial = getattr(options, "initial_status", None)
         if initial is None:
             initial = self.idl.TopologyInitialStatus.ACTIVE
@@ -294,8 +312,8 @@ class NimbusHandler(TransferCalls):
             # The plan of the record: its conf is the one stored (the submitted one with
             # the name, id and code location), as when it is made from the record.
             spec = self._spec(rec, dataclasses.replace(plan, conf=full_conf))
-            job = self._in_background(topology_id, "launch", self._launcher_call,
-                                      topology_id, self.launcher.launch, spec)
+            job = self._in_background(topology_id, "launch", self._launch_submitted,
+                                      topology_id, spec)
         job.wait(self.config.launcher_reply_wait_secs)
 
     def _kept_confs(self) -> Iterator[dict[str, Any]]:
@@ -567,16 +585,15 @@ class NimbusHandler(TransferCalls):
         if rec is not None:             # its spec as of now: later changes are queued
             self._launcher_call(rec.id, self.launcher.rebalance, self._spec(rec))
 
+    def _launch_submitted(self, topology_id: str, spec: LaunchSpec) -> None:
+        self._materialise_blobs(topology_id, spec.conf)
+        self._launcher_call(topology_id, self.launcher.launch, spec)
+
     def _launch_now(self, topology_id: str) -> None:
         rec = self.store.topology(topology_id)
         if rec is not None:
+            self._materialise_blobs(rec.id, rec.conf)
             self._launcher_call(rec.id, self.launcher.launch, self._spec(rec))
-
-    def _alive(self, name: Any) -> TopologyRecord:
-        rec = self.store.topology_named(name) if isinstance(name, str) else None
-        if rec is None:
-            raise self.idl.NotAliveException(msg=f"no topology named {name!r}")
-        return rec
 
     # --- launcher -------------------------------------------------------------------
     def _work_dir(self, topology_id: str) -> Path:

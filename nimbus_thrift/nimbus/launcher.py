@@ -66,6 +66,14 @@ class ComponentStats:
     processed: int = 0
     rate: float = 0.0                 # tuples per second, recent
     latency_ms: float = 0.0           # mean batch latency, recent
+    #: Milliseconds a bolt's tasks spent on its tuples (decoding, its code, converting
+    #: what it emitted), summed since the run started; 0 when not measured.
+    busy_ms: float = 0.0
+
+    @property
+    def execute_ms(self) -> float:
+        """Mean milliseconds per tuple processed (Storm's execute latency)."""
+        return self.busy_ms / self.processed if self.processed else 0.0
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,9 @@ class WorkerNode:
     slots: int
     used_slots: int
     version: str = ""
+    #: Ids of the topologies with executors here, as far as the launcher knows (a
+    #: standalone master does not say which worker runs which application's).
+    topologies: tuple[str, ...] = ()
 
 
 class Launcher(Protocol):
@@ -111,6 +122,11 @@ class Launcher(Protocol):
 
     ``launch`` must be idempotent: after a daemon restart it is called again for every
     known topology and should adopt what is still running.
+
+    A topology's run-time settings (log levels, tuple sampling) are not calls: the
+    daemon writes them to ``settings.json`` in its work directory
+    (:class:`~nimbus_thrift.runner.rundir.RunSettings`), which the runner follows; a
+    launcher whose topologies run where that directory is not seen forwards them.
     """
 
     name: str

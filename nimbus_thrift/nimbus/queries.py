@@ -26,6 +26,7 @@ import structlog
 from thriftpy2.utils import deserialize
 
 from .. import __version__
+from ..runner.rundir import ALL_COMPONENTS, RunDir
 from ..topology.streams import STATEFUL_KEY
 from ..topology.validate import TOPOLOGY_DEFAULTS, InvalidTopology, check_name, task_ranges
 from .audit import audited
@@ -34,11 +35,18 @@ from .config import NimbusConfig, to_public
 from .launcher import Launcher, RunStatus
 from .listing import CountsCache, number, text
 from .store import Store, TopologyListing, TopologyRecord
+from .wire_errors import InvalidOption
 
 log = structlog.get_logger(__name__)
 
 #: Storm's window key for all-time statistics.
 ALL_TIME = ":all-time"
+#: The Storm release whose Nimbus API this daemon speaks (idl/nimbus.thrift follows
+#: Storm 2.8's storm.thrift).
+STORM_API_VERSION = "2.8.0"
+#: Copies of a topology's code, as TopologySummary/TopologyInfo.replication_count
+#: report it: one nimbus keeps one copy.
+CODE_REPLICATION = 1
 #: Executors listed by getTopologyInfo at most: a stored row with absurd counts (an
 #: older daemon's) must not make one query loop for hours.
 MAX_LISTED_EXECUTORS = 100_000
@@ -71,6 +79,13 @@ class NimbusQueries:
                 yield call
         except Unauthorized as exc:
             raise self.idl.AuthorizationException(msg=str(exc)) from None
+
+    def _alive(self, name: Any) -> TopologyRecord:
+        """The topology named ``name``, or the IDL's NotAliveException."""
+        rec = self.store.topology_named(name) if isinstance(name, str) else None
+        if rec is None:
+            raise self.idl.NotAliveException(msg=f"no topology named {name!r}")
+        return rec
 
     def _acl(self, rec: TopologyRecord) -> TopologyAcl:
         return TopologyAcl.of(rec.id, rec.owner, rec.conf)
@@ -117,12 +132,16 @@ class NimbusQueries:
             host=n.host, uptime_secs=_secs(now - n.started_at), num_workers=n.slots,
             num_used_workers=n.used_slots, supervisor_id=n.node_id,
             version=n.version or "VERSION_NOT_PROVIDED") for n in nodes]
+        return self.idl.ClusterSummary(
+            supervisors=supervisors, nimbus_uptime_secs=_secs(now - self.started_at),
+            topologies=self._summaries(now), nimbuses=[self._leader()])
+
+    def _summaries(self, now: float) -> list[Any]:
+        """Every stored topology's TopologySummary (and the counts cache pruned to them)."""
         rows = self.store.listing()
         topologies = [self._summary(row, now) for row in rows]
         self._counts.keep_only({row.id for row in rows})
-        return self.idl.ClusterSummary(
-            supervisors=supervisors, nimbus_uptime_secs=_secs(now - self.started_at),
-            topologies=topologies, nimbuses=[self._leader()])
+        return topologies
 
     def getLeader(self) -> Any:
         with self._gate("getLeader") as call:
@@ -131,9 +150,13 @@ class NimbusQueries:
 
     def _leader(self) -> Any:
         host, port = self.address
+        # TLS, when configured, is on the same port (the daemon tells it from the
+        # first bytes), so that is the TLS port too.
+        tls_port = port if self.config.tls_cert_file is not None else None
         return self.idl.NimbusSummary(host=host, port=port,
                                       uptime_secs=_secs(self.clock() - self.started_at),
-                                      isLeader=True, version=__version__)
+                                      isLeader=True, version=nimbus_version(),
+                                      tlsPort=tls_port)
 
     def isTopologyNameAllowed(self, name: str) -> bool:
         with self._gate("isTopologyNameAllowed") as call:
@@ -148,7 +171,8 @@ class NimbusQueries:
         with self._gate("getTopologyInfo", topology=id) as call:
             return self._topology_info(self._readable(call, id))
 
-    def _topology_info(self, rec: TopologyRecord) -> Any:
+    def _topology_info(self, rec: TopologyRecord, num_errors: int | None = None) -> Any:
+        """``rec``'s TopologyInfo; ``num_errors`` is a NumErrorsChoice (None: ALL)."""
         now = self.clock()
         run = self._run_status(rec.id)
         executors = []
@@ -184,8 +208,44 @@ class NimbusQueries:
                 self.idl.ErrorInfo(error=message, error_time_secs=int(when)))
         return self.idl.TopologyInfo(
             id=rec.id, name=rec.name, uptime_secs=_secs(now - rec.submitted_at),
-            executors=executors, status=rec.status, errors=errors,
-            sched_status=run.detail, owner=rec.owner)
+            executors=executors, status=rec.status,
+            errors=self._chosen_errors(errors, num_errors),
+            component_debug=self._component_debug(rec),
+            sched_status=run.detail, owner=rec.owner,
+            storm_version=self._topology_struct(rec).storm_version,
+            replication_count=CODE_REPLICATION)
+
+    def _component_debug(self, rec: TopologyRecord) -> dict[str, Any] | None:
+        """TopologyInfo.component_debug: the tuple sampling set by ``debug``, by
+        component id, the topology-wide setting under the topology's id (Storm's key for
+        it); None when debug was never set, or the settings cannot be read (a query must
+        still answer)."""
+        try:
+            settings = RunDir(self.topologies_dir / rec.id).read_settings()
+        except (OSError, ValueError, TypeError) as exc:
+            log.warning("settings_unreadable", topology=rec.id, error=str(exc))
+            return None
+        debug = {rec.id if component == ALL_COMPONENTS else component:
+                 self.idl.DebugOptions(enable=sampling.enable, samplingpct=sampling.percent)
+                 for component, sampling in settings.sampling.items()}
+        return debug or None
+
+    def _chosen_errors(self, errors: dict[str, list[Any]], choice: int | None
+                       ) -> dict[str, list[Any]]:
+        """``errors`` as GetInfoOptions.num_err_choice asks: ALL (or unset), NONE (each
+        component listed with no errors), ONE (its latest). Any other value is refused
+        with a sentence, as the IDL's enum has only these three."""
+        choices = self.idl.NumErrorsChoice
+        if choice is None or choice == choices.ALL:
+            return errors
+        if choice == choices.NONE:
+            return {component: [] for component in errors}
+        if choice == choices.ONE:
+            # The latest; of two at the same second, the one recorded last.
+            return {component: [max(reversed(found), key=lambda e: e.error_time_secs)]
+                    for component, found in errors.items()}
+        raise InvalidOption(f"GetInfoOptions.num_err_choice {choice!r} is not ALL (0), "
+                            "NONE (1) or ONE (2)")
 
     def getTopologyConf(self, id: str) -> str:
         with self._gate("getTopologyConf", topology=id) as call:
@@ -221,7 +281,7 @@ class NimbusQueries:
             id=topology_id, name=text(row.name), num_tasks=counts.num_tasks,
             num_executors=counts.num_executors, num_workers=counts.num_workers,
             uptime_secs=_secs(now - number(row.submitted_at)), status=text(row.status),
-            sched_status=detail, owner=text(row.owner))
+            sched_status=detail, owner=text(row.owner), replication_count=CODE_REPLICATION)
 
     def _executor_stats(self, rec: TopologyRecord, run: RunStatus, component: str,
                         index: int, count: int) -> Any:
@@ -247,7 +307,9 @@ class NimbusQueries:
                 acked={}, failed={},
                 process_ms_avg={ALL_TIME: {s: stats.latency_ms for s in first}},
                 executed={ALL_TIME: {s: share(stats.processed) for s in first}},
-                execute_ms_avg={ALL_TIME: {s: stats.latency_ms for s in first}}))
+                # Task time per tuple, as page info's execute_latency_ms; the batch
+                # latency is the process latency.
+                execute_ms_avg={ALL_TIME: {s: stats.execute_ms for s in first}}))
         return idl.ExecutorStats(emitted=emitted, transferred=emitted, specific=specific,
                                  rate=stats.rate / count)
 
@@ -286,6 +348,15 @@ class NimbusQueries:
             return RunStatus(state="unknown",
                              detail=f"unknown: the launcher failed ({type(exc).__name__}: "
                                     f"{exc})")
+
+
+def nimbus_version() -> str:
+    """NimbusSummary.version: the Storm API spoken, with this package's version as a
+    PEP 440 local label (``2.8.0+nimbus.thrift.0.1.0``). Tools compare it as a Storm
+    version: streamparse parses it with ``pkg_resources.parse_version`` and calls
+    isTopologyNameAllowed from 1.1.0 on; Storm's own code reads "major.minor" from its
+    start."""
+    return f"{STORM_API_VERSION}+nimbus.thrift.{__version__}"
 
 
 def _secs(seconds: float) -> int:

@@ -11,6 +11,8 @@ Tables::
     actions     the pending timer of a topology: 'remove' after a kill, 'rebalance'
     errors      errors reported for a topology's components
     uploads     code uploads: 'open' (chunks arriving) or 'complete' (checksummed)
+    blobs       the blob store's keys: the current version's file, size, checksum, ACL
+    blob_uploads  blob uploads in progress (creates and updates of a key)
 
 Writes go through one connection, serialised by a lock: every statement takes
 microseconds (plus a commit's fsync), and the RPC workers would only queue on SQLite's
@@ -80,6 +82,27 @@ CREATE TABLE IF NOT EXISTS uploads (
     touched_at REAL NOT NULL,
     completed_at REAL
 );
+CREATE TABLE IF NOT EXISTS blobs (
+    key TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    file TEXT NOT NULL UNIQUE,
+    bytes INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    acl TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS blob_uploads (
+    id TEXT PRIMARY KEY,
+    key TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    acl TEXT,
+    bytes INTEGER NOT NULL,
+    owner TEXT,
+    created_at REAL NOT NULL,
+    touched_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS blob_uploads_by_key ON blob_uploads(key);
 """
 
 #: Errors kept per topology: the newest, so a crash loop cannot grow the database.
@@ -142,6 +165,34 @@ class Action:
     kind: str                       # 'remove' or 'rebalance'
     due_at: float
     options: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Blob:
+    """A blob store key's current version. ``acl`` is JSON: ``[[type, name, access]]``."""
+
+    key: str
+    version: int
+    file: str                       # the id of its data file in <data>/blobs
+    bytes: int
+    sha256: str
+    acl: str
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class BlobUpload:
+    """A blob upload in progress: a create of a new key or an update of one."""
+
+    id: str                         # also the id of its data file
+    key: str
+    kind: str                       # 'create' or 'update'
+    acl: str | None                 # a create's ACL (JSON, as Blob.acl); None for updates
+    bytes: int                      # acknowledged bytes
+    owner: str | None               # the principal that began it
+    created_at: float
+    touched_at: float
 
 
 @dataclass(frozen=True)
@@ -442,6 +493,69 @@ class Store:
     def upload_in_use(self, upload_id: str) -> bool:
         return bool(self._query("SELECT 1 FROM topologies WHERE code_upload=? LIMIT 1",
                                 (upload_id,)))
+
+
+    # --- blobs ----------------------------------------------------------------------
+    def blob(self, key: str) -> Blob | None:
+        rows = self._query("SELECT * FROM blobs WHERE key=?", (key,))
+        return Blob(*rows[0]) if rows else None
+
+    def blobs(self) -> list[Blob]:
+        return [Blob(*r) for r in self._query("SELECT * FROM blobs ORDER BY key")]
+
+    def blob_keys(self, after: str | None, limit: int) -> list[str]:
+        """Up to ``limit`` keys in order, those after ``after`` (None: from the first)."""
+        if after is None:
+            return [r[0] for r in self._query("SELECT key FROM blobs ORDER BY key LIMIT ?",
+                                              (limit,))]
+        return [r[0] for r in self._query(
+            "SELECT key FROM blobs WHERE key>? ORDER BY key LIMIT ?", (after, limit))]
+
+    def put_blob(self, blob: Blob) -> None:
+        """Insert the key, or replace its row (a new version, a new ACL)."""
+        self._run("INSERT OR REPLACE INTO blobs VALUES (?,?,?,?,?,?,?,?)",
+                  (blob.key, blob.version, blob.file, blob.bytes, blob.sha256, blob.acl,
+                   blob.created_at, blob.updated_at))
+
+    def set_blob_acl(self, key: str, acl: str) -> None:
+        self._run("UPDATE blobs SET acl=? WHERE key=?", (acl, key))
+
+    def delete_blob(self, key: str) -> None:
+        self._run("DELETE FROM blobs WHERE key=?", (key,))
+
+    def insert_blob_upload(self, up: BlobUpload) -> None:
+        self._run("INSERT INTO blob_uploads VALUES (?,?,?,?,?,?,?,?)",
+                  (up.id, up.key, up.kind, up.acl, up.bytes, up.owner, up.created_at,
+                   up.touched_at))
+
+    def blob_upload(self, upload_id: str) -> BlobUpload | None:
+        rows = self._query("SELECT * FROM blob_uploads WHERE id=?", (upload_id,))
+        return BlobUpload(*rows[0]) if rows else None
+
+    def blob_uploads(self) -> list[BlobUpload]:
+        return [BlobUpload(*r) for r in self._query(
+            "SELECT * FROM blob_uploads ORDER BY created_at")]
+
+    def creating(self, key: str) -> BlobUpload | None:
+        """The create in progress of ``key``, if any."""
+        rows = self._query("SELECT * FROM blob_uploads WHERE key=? AND kind='create' "
+                           "LIMIT 1", (key,))
+        return BlobUpload(*rows[0]) if rows else None
+
+    def grow_blob_upload(self, upload_id: str, size: int, touched_at: float) -> None:
+        self._run("UPDATE blob_uploads SET bytes=?, touched_at=? WHERE id=?",
+                  (size, touched_at, upload_id))
+
+    def delete_blob_upload(self, upload_id: str) -> None:
+        self._run("DELETE FROM blob_uploads WHERE id=?", (upload_id,))
+
+    def stored_bytes(self) -> int:
+        """What the inbox quota counts: uploads, blobs and blob uploads (acknowledged)."""
+        rows = self._query(
+            "SELECT (SELECT COALESCE(SUM(bytes), 0) FROM uploads) + "
+            "(SELECT COALESCE(SUM(bytes), 0) FROM blobs) + "
+            "(SELECT COALESCE(SUM(bytes), 0) FROM blob_uploads)")
+        return int(rows[0][0])
 
 
 def _action(row: Any) -> Action:

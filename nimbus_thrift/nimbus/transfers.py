@@ -29,14 +29,18 @@ progress per client address (an upload's slot is its peer's from begin to finish
 expiry or discard; a download's until its last chunk or expiry), the bytes the whole
 inbox may hold (open uploads' acknowledged bytes and complete uploads together, counted
 in memory: a chunk reserves its bytes before it is written), and the free disk a chunk
-must leave. A refusal raises :class:`TransferRefused` and is logged at most once per
-peer per :data:`~.ratelog.DEFAULT_INTERVAL_SECS`.
+must leave. The blob store (:mod:`.blobstore`) counts its blobs and blob uploads in
+the same inbox bytes (:meth:`Transfers.reserve`, :meth:`Transfers.release`): one
+disk quota for everything clients store. A refusal raises :class:`TransferRefused`
+and is logged at most once per peer per :data:`~.ratelog.DEFAULT_INTERVAL_SECS`.
+
+Shared with blob uploads: the crash-safe file steps (:mod:`.partfiles`), a chunk
+appended within the quota (:meth:`Transfers.store_chunk`), and download sessions
+(:class:`.downloads.Downloads`: one table for code, one for blobs).
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
 import threading
 import uuid
@@ -49,6 +53,8 @@ import structlog
 from ..rpc.context import REQUEST
 from .config import (DEFAULT_MAX_DOWNLOADS_PER_PEER, DEFAULT_MAX_INBOX_BYTES,
                      DEFAULT_MAX_UPLOADS_PER_PEER, DEFAULT_MIN_FREE_DISK_BYTES, NimbusConfig)
+from . import partfiles
+from .downloads import Downloads, decrement
 from .ratelog import RateLimitedLog
 from .store import Store, Upload
 
@@ -114,17 +120,6 @@ def _free_bytes(path: Path) -> int:
     return shutil.disk_usage(path).free
 
 
-@dataclass
-class _Download:
-    path: Path
-    size: int
-    offset: int
-    touched_at: float
-    peer: str | None = None
-    #: The principal that opened the session (None: outside a request).
-    owner: str | None = None
-
-
 class Transfers:
     """Uploads and downloads under ``<data_dir>/inbox``. Thread-safe."""
 
@@ -145,11 +140,11 @@ class Transfers:
         self._refusals = RateLimitedLog(log)
         self._lock = threading.Lock()           # guards the tables and counts below
         self._upload_locks: dict[str, threading.Lock] = {}
-        self._downloads: dict[str, _Download] = {}
         self._upload_peer: dict[str, str] = {}          # open upload id -> its peer
         self._upload_owner: dict[str, str] = {}         # upload id -> its principal
         self._uploads_of: dict[str, int] = {}           # peer -> open uploads
-        self._downloads_of: dict[str, int] = {}         # peer -> open downloads
+        self.downloads = Downloads("download", TransferError, self.refuse, clock,
+                                   chunk_bytes, expiration_secs)
         # Acknowledged bytes of every upload row, plus chunks being written.
         self._inbox_bytes = self._stored_bytes()
 
@@ -167,8 +162,7 @@ class Transfers:
 
     def downloads_of(self, peer: str) -> int:
         """Downloads in progress from ``peer`` (an address)."""
-        with self._lock:
-            return self._downloads_of.get(peer, 0)
+        return self.downloads.held_by(peer)
 
     def began_by(self, upload_id: str) -> str | None:
         """The principal that began the upload; None if not known (begun outside a
@@ -182,14 +176,15 @@ class Transfers:
 
     def download_owner(self, session: object) -> tuple[bool, str | None]:
         """Whether the download session exists, and the principal that opened it."""
-        with self._lock:
-            dl = self._downloads.get(session) if isinstance(session, str) else None
-            return (dl is not None, dl.owner if dl is not None else None)
+        return self.downloads.owner(session)
 
     def _stored_bytes(self) -> int:
-        return sum(up.bytes for up in self.store.uploads())
+        # Uploads and the blob store's versions and uploads share the one quota.
+        return self.store.stored_bytes()
 
-    def _refuse(self, peer: str | None, limit: str, message: str) -> TransferRefused:
+    def refuse(self, peer: str | None, limit: str, message: str) -> TransferRefused:
+        """The refusal to raise for ``peer`` over ``limit`` (logged here, at most once
+        per peer per interval: uploads and blobs share the one log)."""
         self._refusals.warning("transfer_refused", peer or "unknown", client=peer,
                                limit=limit, reason=message)
         return TransferRefused(message)
@@ -199,7 +194,7 @@ class Transfers:
         with self._lock:
             peer = self._upload_peer.pop(upload_id, None)
             if peer is not None:
-                _decrement(self._uploads_of, peer)
+                decrement(self._uploads_of, peer)
 
     # --- paths ----------------------------------------------------------------------
     def part_path(self, upload_id: str) -> Path:
@@ -224,7 +219,7 @@ class Transfers:
         limits = self.limits
         open_count = sum(1 for up in self.store.uploads() if up.state == "open")
         if open_count >= MAX_OPEN_UPLOADS:
-            raise self._refuse(peer, "MAX_OPEN_UPLOADS", (
+            raise self.refuse(peer, "MAX_OPEN_UPLOADS", (
                 f"{open_count} uploads are already open (limit {MAX_OPEN_UPLOADS}); "
                 "finish them or wait for them to expire"))
         upload_id = uuid.uuid4().hex
@@ -248,7 +243,7 @@ class Transfers:
                 if owner is not None:
                     self._upload_owner[upload_id] = owner
         if refusal:
-            raise self._refuse(peer, name, refusal)
+            raise self.refuse(peer, name, refusal)
         now = self.clock()
         location = str(self.code_path(upload_id))
         try:
@@ -286,29 +281,47 @@ class Transfers:
                 raise TransferError(
                     f"upload {location!r} would reach {size} bytes, over the limit of "
                     f"{self.max_upload_bytes} (max_upload_bytes); the upload was discarded")
-            self._reserve(location, len(chunk))
-            stored = False
             try:
-                self._check_free_disk(location, len(chunk))
-                # The file is written before the row: after a crash the file may hold an
-                # unacknowledged tail, which recovery trims; never the reverse.
-                try:
-                    with open(self.part_path(up.id), "r+b") as f:
-                        f.seek(up.bytes)
-                        f.write(chunk)
-                except OSError as exc:     # disk full, file removed behind our back, ...
-                    log.error("upload_write_failed", upload=up.id, error=str(exc))
-                    raise TransferError(f"upload {location!r}: cannot write the chunk "
-                                        f"({exc.strerror or exc}); the chunk was not "
-                                        "stored") from None
-                self.store.grow_upload(up.id, size, self.clock())
-                stored = True
-            finally:
-                if not stored:          # the reservation becomes the row's bytes if stored
-                    with self._lock:
-                        self._inbox_bytes -= len(chunk)
+                self.store_chunk(f"upload {location!r}", self.part_path(up.id), up.bytes,
+                                 chunk, lambda: self.store.grow_upload(up.id, size,
+                                                                       self.clock()))
+            except OSError as exc:     # disk full, file removed behind our back, ...
+                log.error("upload_write_failed", upload=up.id, error=str(exc))
+                raise TransferError(f"upload {location!r}: cannot write the chunk "
+                                    f"({exc.strerror or exc}); the chunk was not "
+                                    "stored") from None
 
-    def _reserve(self, location: str, size: int) -> None:
+    def store_chunk(self, what: str, part: Path, offset: int, chunk: bytes,
+                    commit: Callable[[], None]) -> None:
+        """Write ``chunk`` into the upload file ``part`` at ``offset`` (the acknowledged
+        size), then ``commit`` (grow the upload's row), within the quota: the bytes are
+        reserved first and the free disk checked; if anything fails the reservation is
+        released and nothing was acknowledged. Code and blob uploads both append so.
+
+        Raises:
+            TransferRefused: the inbox quota or the free disk (nothing written).
+            OSError: the write failed (the caller says so in its own words).
+        """
+        self.reserve(what, len(chunk))
+        stored = False
+        try:
+            self.check_free_disk(what, len(chunk))
+            # The file is written before the row: after a crash the file may hold an
+            # unacknowledged tail, which recovery trims; never the reverse.
+            partfiles.write_at(part, offset, chunk)
+            commit()
+            stored = True
+        finally:
+            if not stored:          # the reservation becomes the row's bytes if stored
+                self.release(len(chunk))
+
+    def reserve(self, what: str, size: int) -> None:
+        """Count ``size`` bytes more against ``max_inbox_bytes`` (a chunk about to be
+        written: an upload's, a blob upload's); ``what`` names it in the refusal.
+
+        Raises:
+            TransferRefused: the inbox would pass max_inbox_bytes (nothing counted).
+        """
         limits = self.limits
         with self._lock:
             total = self._inbox_bytes + size
@@ -316,13 +329,28 @@ class Transfers:
                 self._inbox_bytes = total
                 return
             held = self._inbox_bytes
-        raise self._refuse(current_peer(), "max_inbox_bytes", (
-            f"upload {location!r}: a chunk of {size} bytes would bring the inbox from "
+        raise self.refuse(current_peer(), "max_inbox_bytes", (
+            f"{what}: a chunk of {size} bytes would bring the inbox from "
             f"{held} to {total} bytes, over the limit of {limits.max_inbox_bytes} "
             "(max_inbox_bytes); the chunk was not stored, the upload stays open until "
             "it expires"))
 
-    def _check_free_disk(self, location: str, size: int) -> None:
+    def release(self, size: int) -> None:
+        """``size`` bytes counted by :meth:`reserve` (or stored) are gone."""
+        with self._lock:
+            self._inbox_bytes -= size
+
+    def recount(self) -> None:
+        """Count again what is stored (after a recovery changed files and rows)."""
+        with self._lock:
+            self._inbox_bytes = self._stored_bytes()
+
+    def check_free_disk(self, what: str, size: int) -> None:
+        """Check that writing ``size`` bytes leaves ``min_free_disk_bytes`` free.
+
+        Raises:
+            TransferRefused: it would not.
+        """
         reserve = self.limits.min_free_disk_bytes
         try:
             free = self.free_bytes(self.inbox)
@@ -330,8 +358,8 @@ class Transfers:
             log.warning("disk_usage_failed", path=str(self.inbox), error=str(exc))
             return
         if free - size < reserve:
-            raise self._refuse(current_peer(), "min_free_disk_bytes", (
-                f"upload {location!r}: the inbox's disk has {free} bytes free; a chunk of "
+            raise self.refuse(current_peer(), "min_free_disk_bytes", (
+                f"{what}: the inbox's disk has {free} bytes free; a chunk of "
                 f"{size} bytes would leave less than the {reserve} bytes kept free "
                 "(min_free_disk_bytes); the chunk was not stored"))
 
@@ -351,29 +379,20 @@ class Transfers:
             if total > self.limits.max_inbox_bytes:
                 # Only after max_inbox_bytes was lowered below what is stored: chunks
                 # never take the inbox over it. The upload stays open (until it expires).
-                raise self._refuse(current_peer(), "max_inbox_bytes", (
+                raise self.refuse(current_peer(), "max_inbox_bytes", (
                     f"upload {location!r} cannot be finished: the inbox holds {total} "
                     f"bytes, over the limit of {self.limits.max_inbox_bytes} "
                     "(max_inbox_bytes)"))
-            part, final = self.part_path(up.id), self.code_path(up.id)
-            digest = hashlib.sha256()
             try:
-                with open(part, "r+b") as f:
-                    f.truncate(up.bytes)
-                    os.fsync(f.fileno())
-                    f.seek(0)
-                    for block in iter(lambda: f.read(1 << 20), b""):
-                        digest.update(block)
-                os.replace(part, final)
-                _fsync_dir(self.inbox)
+                sha256 = partfiles.seal(self.part_path(up.id), self.code_path(up.id),
+                                        up.bytes)
             except OSError as exc:
                 log.error("upload_finish_failed", upload=up.id, error=str(exc))
                 raise TransferError(f"upload {location!r} cannot be finished "
                                     f"({exc.strerror or exc})") from None
-            self.store.complete_upload(up.id, digest.hexdigest(), self.clock())
+            self.store.complete_upload(up.id, sha256, self.clock())
             self._release_upload_slot(up.id)
-            log.info("upload_finished", upload=up.id, bytes=up.bytes,
-                     sha256=digest.hexdigest())
+            log.info("upload_finished", upload=up.id, bytes=up.bytes, sha256=sha256)
             done = self.store.upload(up.id)
             assert done is not None
             return done
@@ -415,33 +434,10 @@ class Transfers:
         Raises:
             TransferRefused: the daemon's or the peer's downloads are at their limit.
         """
-        path = self.code_path(up.id)
         peer = peer if peer is not None else current_peer()
-        limit = self.limits.max_downloads_per_peer
-        with self._lock:
-            held = self._downloads_of.get(peer, 0) if peer is not None else 0
-            if len(self._downloads) >= MAX_DOWNLOADS:
-                refusal, name = (f"{len(self._downloads)} downloads are already open "
-                                 f"(limit {MAX_DOWNLOADS}); retry later"), "MAX_DOWNLOADS"
-            elif peer is not None and held >= limit:
-                refusal, name = (f"{peer} already has {held} downloads in progress (limit "
-                                 f"{limit}, max_downloads_per_peer); read them to the end "
-                                 f"or wait {self.expiration_secs:g} s for them to expire"), \
-                    "max_downloads_per_peer"
-            else:
-                session = uuid.uuid4().hex
-                self._downloads[session] = _Download(path, up.bytes, 0, self.clock(), peer,
-                                                     owner)
-                if peer is not None:
-                    self._downloads_of[peer] = held + 1
-                return session
-        raise self._refuse(peer, name, refusal)
-
-    def _end_download(self, session: str) -> None:
-        """Forget a session (read to the end, file gone, expired); caller holds _lock."""
-        dl = self._downloads.pop(session, None)
-        if dl is not None and dl.peer is not None:
-            _decrement(self._downloads_of, dl.peer)
+        return self.downloads.begin(self.code_path(up.id), up.id, up.bytes, peer, owner,
+                                    max_sessions=MAX_DOWNLOADS,
+                                    max_per_peer=self.limits.max_downloads_per_peer)
 
     def download_chunk(self, session: str) -> bytes:
         """The next chunk of the session's file; ``b""`` at the end (session closed).
@@ -449,27 +445,7 @@ class Transfers:
         Raises:
             TransferError: unknown, finished or expired session; the file vanished.
         """
-        with self._lock:
-            dl = self._downloads.get(session) if isinstance(session, str) else None
-            if dl is None:
-                raise TransferError(f"download {session!r} does not exist "
-                                    "(finished, or timed out)")
-            if dl.offset >= dl.size:
-                self._end_download(session)
-                return b""
-            offset, dl.touched_at = dl.offset, self.clock()
-            length = min(self.chunk_bytes, dl.size - offset)
-            dl.offset += length
-        try:
-            with open(dl.path, "rb") as f:
-                f.seek(offset)
-                data = f.read(length)
-        except OSError as exc:
-            with self._lock:
-                self._end_download(session)
-            raise TransferError(f"download {session!r}: the file is gone ({exc.strerror})") \
-                from None
-        return data
+        return self.downloads.chunk(session)
 
     # --- housekeeping ---------------------------------------------------------------
     def sweep(self) -> None:
@@ -488,10 +464,7 @@ class Transfers:
                     and not self.store.upload_in_use(up.id):
                 log.info("upload_removed", upload=up.id, reason="unused past retention")
                 self._delete_upload(up)
-        with self._lock:
-            for session, dl in list(self._downloads.items()):
-                if now - dl.touched_at >= self.expiration_secs:
-                    self._end_download(session)
+        self.downloads.expire(now)
 
     def recover(self) -> None:
         """After a restart: make files and rows agree (see the module docstring).
@@ -507,11 +480,7 @@ class Transfers:
         for up in self.store.uploads():
             part, final = self.part_path(up.id), self.code_path(up.id)
             if up.state == "open":
-                if not part.exists() and final.exists():
-                    os.replace(final, part)      # crashed inside finish: not acknowledged
-                if part.exists() and part.stat().st_size >= up.bytes:
-                    with open(part, "r+b") as f:
-                        f.truncate(up.bytes)
+                if partfiles.reclaim(part, final, up.bytes):
                     self.store.grow_upload(up.id, up.bytes, now)
                     claimed.add(part.name)
                     continue
@@ -587,19 +556,3 @@ class _Locked:
 
     def __exit__(self, *exc: object) -> None:
         self.lock.release()
-
-
-def _decrement(counts: dict[str, int], key: str) -> None:
-    left = counts.get(key, 0) - 1
-    if left > 0:
-        counts[key] = left
-    else:
-        counts.pop(key, None)      # an address that left holds no memory
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -6,9 +6,9 @@ head's exports and the stateful output are unioned into a single sink. What read
 stateful bolt's output (the tail) runs per batch in ``foreachBatch``
 (:class:`BatchSink`).
 
-Figures: each Python task adds ``{component: (emitted, processed)}`` to one Spark
-accumulator (verified to arrive from mapInArrow, applyInPandasWithState and data
-source reads on Spark 4.3).
+Figures: each Python task adds ``{component: (emitted, processed, busy seconds)}`` to
+one Spark accumulator (verified to arrive from mapInArrow, applyInPandasWithState and
+data source reads on Spark 4.3).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from .decode import output_rows
 from .plan import (BOLT_COLUMN, LEAF_COLUMN, SLOT_COLUMN, SPARK_TYPES, STREAM_COLUMN,
                    TASK_COLUMN, Node, Output, Plan, Slot, StatefulOp, routing_values)
+from .settings import task_settings
 from .source import source_class
 from .tasks import REMOVE, Counts, StatefulTask, run_bolt
 
@@ -38,17 +39,24 @@ STATEFUL = "<stateful>"
 STATE_SCHEMA = "s binary"
 
 
-class CountsParam(AccumulatorParam):
-    """``{component: (emitted, processed)}``, summed."""
+#: A component's figures in the accumulator: ``(emitted, processed, busy seconds)``;
+#: spouts add the first only (a shorter tuple counts as zeros).
+Figures = tuple[float, ...]
 
-    def zero(self, value: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+
+class CountsParam(AccumulatorParam):
+    """``{component: (emitted, processed, busy seconds)}``, summed element-wise."""
+
+    def zero(self, value: dict[str, Figures]) -> dict[str, Figures]:
         return {}
 
-    def addInPlace(self, a: dict[str, tuple[int, int]], b: dict[str, tuple[int, int]]
-                   ) -> dict[str, tuple[int, int]]:
-        for cid, (emitted, processed) in b.items():
-            old = a.get(cid, (0, 0))
-            a[cid] = (old[0] + emitted, old[1] + processed)
+    def addInPlace(self, a: dict[str, Figures], b: dict[str, Figures]
+                   ) -> dict[str, Figures]:
+        for cid, added in b.items():
+            old = a.get(cid, ())
+            width = max(len(old), len(added))
+            a[cid] = tuple((old[i] if i < len(old) else 0) +
+                           (added[i] if i < len(added) else 0) for i in range(width))
         return a
 
 
@@ -68,18 +76,20 @@ def _task_of(batch: pa.RecordBatch) -> int:
     return int(batch.column(TASK_COLUMN)[0].as_py())
 
 
-def bolt_function(topology: str, node: Node, accumulator: Any
+def bolt_function(topology: str, node: Node, accumulator: Any, work_dir: str
                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The mapInArrow function of a stateless bolt."""
+    """The mapInArrow function of a stateless bolt (``work_dir``: the topology's, for
+    its run-time settings)."""
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         def done(counts: Counts) -> None:
-            accumulator.add({node.id: (counts.emitted, counts.processed)})
-        return run_bolt(topology, node, batches, _task_of, _batch_id(), done)
+            accumulator.add({node.id: (counts.emitted, counts.processed, counts.busy_s)})
+        return run_bolt(topology, node, batches, _task_of, _batch_id(), done,
+                        lambda: task_settings(work_dir))
     return run
 
 
 def stateful_function(topology: str, op: StatefulOp, nodes: dict[str, Node],
-                      accumulator: Any) -> Callable[..., Iterator[Any]]:
+                      accumulator: Any, work_dir: str) -> Callable[..., Iterator[Any]]:
     """The applyInPandasWithState function of the merged stateful operator."""
     # The operator's instances for the current task attempt: Spark calls the function
     # once per key and has no task start or end hook.
@@ -95,7 +105,7 @@ def stateful_function(topology: str, op: StatefulOp, nodes: dict[str, Node],
             # id of its rows is the state partition (see TASK_COLUMN).
             partition = context.partitionId() if context else 0
             task = StatefulTask(topology, op, nodes, partition % op.parallelism,
-                                _batch_id())
+                                _batch_id(), task_settings(work_dir))
             tasks[attempt] = task
         before = task.counts()
         new_state, out = task.group(pdfs, state.get[0] if state.exists else None)
@@ -106,7 +116,8 @@ def stateful_function(topology: str, op: StatefulOp, nodes: dict[str, Node],
             state.update((new_state,))
         after = task.counts()
         accumulator.add({cid: (c.emitted - before[cid].emitted,
-                               c.processed - before[cid].processed)
+                               c.processed - before[cid].processed,
+                               c.busy_s - before[cid].busy_s)
                          for cid, c in after.items()
                          if c.emitted != before[cid].emitted
                          or c.processed != before[cid].processed})
@@ -124,9 +135,10 @@ class Builder:
     spouts' streams, or the tail's inputs sliced from the persisted batch)."""
 
     def __init__(self, plan: Plan, accumulator: Any, roots: dict[str, DataFrame],
-                 cached: bool = False):
+                 work_dir: str, cached: bool = False):
         self.plan = plan
         self.accumulator = accumulator
+        self.work_dir = work_dir
         #: Roots that are slices of a persisted batch: reading them twice costs nothing.
         self.cached = set(roots) if cached else set()
         self.frames: dict[str, DataFrame] = dict(roots)
@@ -139,7 +151,7 @@ class Builder:
                 raise KeyError(f"{cid!r} is no root of this phase")
             frame = _exchange(node, [self.slot_frame(s) for s in node.slots])
             self.frames[cid] = frame.mapInArrow(
-                bolt_function(self.plan.topology, node, self.accumulator),
+                bolt_function(self.plan.topology, node, self.accumulator, self.work_dir),
                 ddl(node.output.columns()))
         return self.frames[cid]
 
@@ -199,7 +211,8 @@ class Builder:
         merged = _union(parts)
         keys = ([BOLT_COLUMN] if op.bolt_column else []) + op.key_columns()
         return merged.groupBy(*keys).applyInPandasWithState(
-            stateful_function(self.plan.topology, op, self.plan.nodes, self.accumulator),
+            stateful_function(self.plan.topology, op, self.plan.nodes, self.accumulator,
+                              self.work_dir),
             ddl(op.output_columns(self.plan.nodes)), STATE_SCHEMA, "Append",
             GroupStateTimeout.NoTimeout)
 
@@ -366,10 +379,12 @@ class BatchSink:
     more than once, and its plan holds the stateful operator, which must run once)
     and collects the leaves' tuples if asked."""
 
-    def __init__(self, plan: Plan, accumulator: Any, collected: "Collected | None"):
+    def __init__(self, plan: Plan, accumulator: Any, collected: "Collected | None",
+                 work_dir: str):
         self.plan = plan
         self.accumulator = accumulator
         self.collected = collected
+        self.work_dir = work_dir
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         plan = self.plan
@@ -386,7 +401,7 @@ class BatchSink:
                     roots.update(stateful_outputs(plan, part))
                 else:
                     roots[name] = part
-            builder = Builder(plan, self.accumulator, roots, cached=True)
+            builder = Builder(plan, self.accumulator, roots, self.work_dir, cached=True)
             tail = [cid for cid in plan.leaves if plan.nodes[cid].phase == "tail"]
             if self.collected is None:
                 # One job: the whole batch (head leaves, stateful) and the tail leaves.
@@ -417,11 +432,11 @@ def build_query(spark: SparkSession, plan: Plan, work_dir: Path, accumulator: An
                            schema_ddl=ddl(node.output.columns()))
         spark.dataSource.register(cls)
         roots[node.id] = spark.readStream.format(cls.format_name).load()
-    builder = Builder(plan, accumulator, roots)
+    builder = Builder(plan, accumulator, roots, str(work_dir))
     frames = {cid: builder.use(cid) for cid in plan.exports}
     if plan.stateful is not None:
         frames[STATEFUL] = builder.stateful()
     sink = sink_frame(plan, frames)
     if collect is None and not plan.has_tail:
         return sink, None
-    return sink, BatchSink(plan, accumulator, collect)
+    return sink, BatchSink(plan, accumulator, collect, str(work_dir))

@@ -23,6 +23,10 @@ Run settings (``spec.run``): ``trigger_ms`` (processing-time trigger interval, d
 have at the start, then status ``finished``), ``max_batch`` (offsets per spout task
 per batch unless the topology's ``topology.max.spout.pending`` says; default 100000).
 
+It also follows ``DIR/settings.json`` at each poll (:mod:`.settings`): named logger
+levels, the root logger's carried over to Spark's own (JVM) log level, back to the
+level it had at start when the setting is removed or its time is up.
+
 SIGTERM to this (Python) process is the same as ``stop``. A failed query gives status
 ``failed`` with a one-line ``error`` (naming the component whose code raised, also in
 ``error_component``) and exit code 1. A bounded run (``spec.run["bounded"]``) ends
@@ -40,7 +44,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from .loglevels import LogLevels
 from .rundir import RunDir, RunState
+from .settings import SettingsWatcher, configure_logging
 from .spec import RunSpec
 
 #: Seconds between status writes and control polls.
@@ -99,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     stop = _StopSignal()
     stop.install()
+    configure_logging()
     status = Status(run_dir)
     status.write()
     try:
@@ -127,6 +134,25 @@ def main(argv: list[str] | None = None) -> int:
             status.write(state="stopped")
 
 
+def _jvm_root_level(spark: Any) -> Any:
+    """A function that sets Spark's (the JVM's) root log level to a log4j level name,
+    or back to the one it had now for None."""
+    context = spark.sparkContext
+    try:
+        original = str(context._jvm.org.apache.logging.log4j.LogManager
+                       .getRootLogger().getLevel().toString())
+    except Exception:                   # no log4j 2 behind this Spark: its default
+        original = "INFO"
+
+    def set_level(level: str | None) -> None:
+        try:
+            context.setLogLevel(level or original)
+        except Exception as exc:        # noqa: BLE001 - the Python loggers changed
+            print(f"spark_main: cannot set Spark's log level to {level or original}: "
+                  f"{_one_line(exc)}", file=sys.stderr)
+    return set_level
+
+
 def _one_line(exc: BaseException) -> str:
     lines = f"{type(exc).__name__}: {exc}".splitlines()
     return lines[0] if lines else type(exc).__name__
@@ -143,6 +169,7 @@ def _run(spark: Any, spec: RunSpec, run_dir: RunDir, status: Status,
         status.write(state="failed", error=_one_line(exc))
         return EXIT_FAILED
     tracker = FigureTracker(run.plan)
+    settings = SettingsWatcher(run_dir, LogLevels(on_root=_jvm_root_level(spark)))
 
     def figures() -> dict[str, Any]:
         progress = run.progress()
@@ -153,6 +180,7 @@ def _run(spark: Any, spec: RunSpec, run_dir: RunDir, status: Status,
                 if last else 0.0}
 
     while True:
+        settings.refresh()
         wanted = run_dir.control_state()
         if stop.received or wanted == "stop":
             status.write(state="stopping", **figures())

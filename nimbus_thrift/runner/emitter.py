@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from .columns import ARROW_TYPES, ColumnChunk, column_chunk, pickled, to_array, to_numpy
 from .plan import STREAM_COLUMN, Node, Output
+from .sampling import TupleSampler
 from .usercode import UserCodeError
 
 
@@ -37,6 +38,8 @@ class Emitter:
         #: Tuples returned by process() (the default stream).
         self.rows: list[Any] = []
         self.emitted = 0
+        #: Logs a sample of the emitted tuples while the topology's ``debug`` says so.
+        self.sampler: TupleSampler | None = None
 
     def drain(self, instance: Any, returned: Any = None) -> dict[str, list[Any]]:
         """All pending parts by stream (see the module docstring): the returned tuples,
@@ -109,10 +112,16 @@ class Emitter:
         return columns
 
     def _part(self, stream: str, part: Any) -> tuple[int, list[Any]]:
-        """Row count and one value sequence per field of a pending part."""
+        """Row count and one value sequence per field of a pending part (sampled for
+        the log once checked, if sampling is on)."""
         if type(part) is ColumnChunk:
+            if self.sampler is not None:
+                self.sampler.columns(stream, part.count, part.values)
             return part.count, part.values
-        return len(part), (self._values(stream, part) if part else [])
+        values = self._values(stream, part) if part else []
+        if self.sampler is not None:
+            self.sampler.rows(stream, part)
+        return len(part), values
 
     def batches(self, pending: dict[str, list[Any]]) -> list[pa.RecordBatch]:
         """Arrow batches in the output layout, one per stream with tuples (its parts

@@ -1,6 +1,7 @@
 """Per-component figures and failure messages from what Spark reports (pure).
 
-Counts come from the run's accumulator (``{component: (emitted, processed)}``); rates
+Counts come from the run's accumulator (``{component: (emitted, processed, busy
+seconds)}``); rates
 from the counts' change over a recent window; latency from the query's recent
 progress reports. A replayed batch (after a failure) counts twice.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 from collections import deque
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from .plan import Plan
 from .rundir import ComponentFigures
@@ -30,17 +31,20 @@ class FigureTracker:
     def __init__(self, plan: Plan, window_s: float = RATE_WINDOW_S):
         self.plan = plan
         self.window_s = window_s
-        self.history: deque[tuple[float, dict[str, tuple[int, int]]]] = deque()
+        self.history: deque[tuple[float, dict[str, tuple[int, int, float]]]] = deque()
 
-    def counts(self, raw: Mapping[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
-        """The accumulated counts of every component (zeros for those not seen)."""
+    def counts(self, raw: Mapping[str, Sequence[float]]
+               ) -> dict[str, tuple[int, int, float]]:
+        """``(emitted, processed, busy seconds)`` accumulated by every component (zeros
+        for those not seen, or not reported: a spout reports what it emitted only)."""
         result = {}
         for cid in self.plan.nodes:
-            emitted, processed = raw.get(cid, (0, 0))
-            result[cid] = (emitted, processed)
+            got = tuple(raw.get(cid, ())) + (0, 0, 0.0)
+            result[cid] = (int(got[0]), int(got[1]), float(got[2]))
         return result
 
-    def update(self, raw: Mapping[str, tuple[int, int]], progress: Iterable[Mapping[str, Any]],
+    def update(self, raw: Mapping[str, Sequence[float]],
+               progress: Iterable[Mapping[str, Any]],
                now: float | None = None) -> dict[str, ComponentFigures]:
         """Figures now, given the accumulator's value and recent progress reports."""
         now = time.monotonic() if now is None else now
@@ -54,14 +58,14 @@ class FigureTracker:
                      for p in list(progress)[-LATENCY_BATCHES:]]
         latency = sum(durations) / len(durations) if durations else 0.0
         figures = {}
-        for cid, (emitted, processed) in counts.items():
+        for cid, (emitted, processed, busy) in counts.items():
             # A spout processes nothing: its rate is what it emits.
             index = 0 if self.plan.nodes[cid].kind == "spout" else 1
-            delta = counts[cid][index] - old.get(cid, (0, 0))[index]
+            delta = counts[cid][index] - old.get(cid, (0, 0, 0.0))[index]
             figures[cid] = ComponentFigures(
                 emitted=emitted, processed=processed,
                 rate=round(delta / span, 3) if span > 0 else 0.0,
-                latency_ms=round(latency, 3))
+                latency_ms=round(latency, 3), busy_ms=round(busy * 1000, 3))
         return figures
 
 

@@ -68,8 +68,9 @@ class TopologyQuery:
         self.query = writer.start()
         return self.query
 
-    def counts(self) -> dict[str, tuple[int, int]]:
-        """``{component: (emitted, processed)}`` as accumulated (copies included)."""
+    def counts(self) -> dict[str, tuple[float, ...]]:
+        """``{component: (emitted, processed, busy seconds)}`` as accumulated (copies
+        included; a spout's has its emitted count only)."""
         return dict(self.accumulator.value)
 
     def progress(self) -> list[dict[str, Any]]:

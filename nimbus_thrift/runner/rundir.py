@@ -11,6 +11,10 @@
       checkpoint/      Spark's offsets, commits and keyed state
       logs/            spark-submit stdout and stderr
       launch.json      the launcher's record of the process (pid, start time, ui port)
+      settings.json    run-time settings (RunSettings below: logger levels, tuple
+                       sampling), written by the daemon, read by the driver at each
+                       poll and by the Python workers at each task; a change applies
+                       without a restart, and a relaunched application reads them again
 
 Both sides write by rename so a reader never sees half a file. No PySpark here.
 """
@@ -26,6 +30,14 @@ from pathlib import Path
 from typing import Any
 
 CONTROL_STATES = ("active", "paused", "stop")
+#: Level names a logger setting may name (Storm's, which are log4j's, and Python's
+#: WARNING and CRITICAL), upper case.
+LEVEL_NAMES = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "FATAL",
+               "CRITICAL", "OFF")
+#: The logger name of the root logger in settings (Storm's; any case).
+ROOT_LOGGER = "ROOT"
+#: The sampling key of every component of the topology (a component's own key wins).
+ALL_COMPONENTS = ""
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -77,6 +89,12 @@ class ComponentFigures:
     processed: int = 0
     rate: float = 0.0              # tuples processed per second over the last batches
     latency_ms: float = 0.0        # mean micro-batch duration over the last batches
+    busy_ms: float = 0.0           # a bolt's tasks' time on its tuples, summed
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "ComponentFigures":
+        """From JSON; keys of a newer runner are left out, missing ones default."""
+        return cls(**{k: v for k, v in raw.items() if k in cls.__dataclass_fields__})
 
 
 @dataclass
@@ -106,9 +124,69 @@ class RunState:
     @classmethod
     def from_json(cls, text: str) -> "RunState":
         raw: dict[str, Any] = json.loads(text)
-        comps = {k: ComponentFigures(**v) for k, v in raw.pop("components", {}).items()}
+        comps = {k: ComponentFigures.from_dict(v)
+                 for k, v in raw.pop("components", {}).items()}
         known = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
         return cls(components=comps, **known)
+
+
+@dataclass(frozen=True)
+class LoggerSetting:
+    """One named logger's level, as the daemon was asked (Storm's ``LogLevel``).
+
+    ``level`` is one of :data:`LEVEL_NAMES`; from ``reset_at`` (epoch seconds) on, the
+    logger goes back to ``reset_level``, or when that is empty to the level it had
+    before (None: kept until changed). ``timeout_secs`` is what was asked, for
+    ``getLogConfig``.
+    """
+
+    level: str
+    reset_at: float | None = None
+    reset_level: str = ""
+    timeout_secs: int = 0
+
+    def expired(self, now: float) -> bool:
+        return self.reset_at is not None and self.reset_at <= now
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Tuple sampling of a component (Storm's ``debug``): ``percent`` of the tuples it
+    emits are logged while ``enable``."""
+
+    enable: bool = False
+    percent: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """``settings.json``: logger levels by name (``ROOT`` for the root logger) and
+    sampling by component id (:data:`ALL_COMPONENTS` for all of them)."""
+
+    loggers: dict[str, LoggerSetting] = field(default_factory=dict)
+    sampling: dict[str, Sampling] = field(default_factory=dict)
+
+    def sample_percent(self, component: str) -> float:
+        """The percentage of ``component``'s tuples to log: its own setting if it has
+        one, else the topology's."""
+        own = self.sampling.get(component) or self.sampling.get(ALL_COMPONENTS)
+        return own.percent if own is not None and own.enable else 0.0
+
+    def to_json(self) -> str:
+        return json.dumps({"loggers": {k: asdict(v) for k, v in self.loggers.items()},
+                           "sampling": {k: asdict(v) for k, v in self.sampling.items()}},
+                          sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunSettings":
+        """Raises ValueError (or TypeError) for a file that is not settings."""
+        raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise ValueError("settings are not a JSON object")
+        return cls(loggers={str(k): LoggerSetting(**v)
+                            for k, v in (raw.get("loggers") or {}).items()},
+                   sampling={str(k): Sampling(**v)
+                             for k, v in (raw.get("sampling") or {}).items()})
 
 
 class RunDir:
@@ -123,6 +201,7 @@ class RunDir:
         self.checkpoint = self.root / "checkpoint"
         self.logs = self.root / "logs"
         self.launch = self.root / "launch.json"
+        self.settings = self.root / "settings.json"
 
     def set_control(self, state: str) -> None:
         if state not in CONTROL_STATES:
@@ -145,3 +224,18 @@ class RunDir:
             return RunState.from_json(self.status.read_text())
         except (OSError, ValueError, TypeError):
             return None
+
+    def write_settings(self, settings: RunSettings) -> None:
+        write_atomic(self.settings, settings.to_json())
+
+    def read_settings(self) -> RunSettings:
+        """The settings; empty ones when the file is missing.
+
+        Raises:
+            OSError: it cannot be read. ValueError, TypeError: it is not settings.
+        """
+        try:
+            text = self.settings.read_text()
+        except FileNotFoundError:
+            return RunSettings()
+        return RunSettings.from_json(text)

@@ -33,6 +33,7 @@ from pyspark.sql.types import StructType
 
 from .plan import Node
 from .rundir import RunDir
+from .settings import task_settings
 from .tasks import SpoutTask
 from .usercode import UserCodeError, new_instance, user_error
 
@@ -103,6 +104,9 @@ class SpoutReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Tasks no longer there keep their offsets, to be read if they come back.
         end = {t: start.get(t, 0) for t in self.initialOffset()}
         end.update({t: v for t, v in start.items() if t not in end})
+        # The spouts' available() and ack() run in this process: their loggers follow
+        # the topology's levels too.
+        task_settings(self.work_dir)
         if self.pausable and RunDir(Path(self.work_dir)).control_state() == "paused":
             return end
         cap = None if isinstance(limit, ReadAllAvailable) else self.max_batch
@@ -133,7 +137,8 @@ class SpoutReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         context = TaskContext.get()
         batch = context.getLocalProperty("streaming.sql.batchId") if context else None
         task = SpoutTask(self.topology, self.node, partition.task,
-                         int(batch) if batch is not None else None)
+                         int(batch) if batch is not None else None,
+                         task_settings(self.work_dir))
         yield from task.read(partition.start, partition.end)
         if self.accumulator is not None:
             self.accumulator.add({self.node.id: (task.emitter.emitted, 0)})

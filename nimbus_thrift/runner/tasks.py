@@ -18,7 +18,8 @@ from __future__ import annotations
 import gc
 import pickle
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -30,6 +31,8 @@ from .columns import PICKLE_PROTOCOL, is_columns
 from .decode import LazyTuples, TupleDecoder, first_values
 from .emitter import Emitter
 from .plan import BOLT_COLUMN, SLOT_COLUMN, Node, StatefulOp
+from .rundir import RunSettings
+from .sampling import TupleSampler
 from .usercode import UserCodeError, new_instance, user_error
 
 if TYPE_CHECKING:
@@ -55,12 +58,23 @@ def _gc_paused() -> Iterator[None]:
 
 # -- bolts -------------------------------------------------------------------------------
 
+def _sampler(topology: str, node: Node, task: int, batch_id: int | None,
+             settings: RunSettings | None) -> TupleSampler | None:
+    """The sampler of one instance's emitted tuples, if the topology's settings turn
+    sampling on for its component (Storm's ``debug``)."""
+    percent = settings.sample_percent(node.id) if settings is not None else 0.0
+    return TupleSampler(topology, node.id, task, batch_id, percent) if percent > 0 else None
+
+
 @dataclass
 class Counts:
-    """Tuples a component emitted and processed, to add to the run's figures."""
+    """Tuples a component emitted and processed, and the seconds its task spent on
+    them (decoding, user code, converting what it emitted), to add to the run's
+    figures. The seconds are a timing: not compared."""
 
     emitted: int = 0
     processed: int = 0
+    busy_s: float = field(default=0.0, compare=False)
 
 
 class BoltTask:
@@ -70,13 +84,16 @@ class BoltTask:
     calls ``end_batch`` and returns what that emitted.
     """
 
-    def __init__(self, topology: str, node: Node, task: int, batch_id: int | None):
+    def __init__(self, topology: str, node: Node, task: int, batch_id: int | None,
+                 settings: RunSettings | None = None):
         self.node = node
         self.batch_id = batch_id
         self.instance = new_instance(topology, node, task, batch_id)
         self.decoders = [TupleDecoder(slot) for slot in node.slots]
         self.emitter = Emitter(node)
+        self.emitter.sampler = _sampler(topology, node, task, batch_id, settings)
         self.processed = 0
+        self.busy_s = 0.0
 
     def _run(self, tuples: list[Any]) -> None:
         self.processed += len(tuples)
@@ -92,6 +109,13 @@ class BoltTask:
             raise user_error(self.node, exc, "process()") from exc
 
     def feed(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        start = perf_counter()
+        try:
+            return self._feed(batch)
+        finally:
+            self.busy_s += perf_counter() - start
+
+    def _feed(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         with _gc_paused():
             if len(self.decoders) == 1:
                 self._run(self.decoders[0].from_arrow(batch))
@@ -107,30 +131,37 @@ class BoltTask:
             return out
 
     def finish(self) -> list[pa.RecordBatch]:
-        if self.batch_id is not None:
-            try:
-                self.instance.end_batch(self.batch_id)
-            except Exception as exc:
-                raise user_error(self.node, exc, "end_batch()") from exc
-        return self.emitter.batches(self.emitter.drain(self.instance))
+        start = perf_counter()
+        try:
+            if self.batch_id is not None:
+                try:
+                    self.instance.end_batch(self.batch_id)
+                except Exception as exc:
+                    raise user_error(self.node, exc, "end_batch()") from exc
+            return self.emitter.batches(self.emitter.drain(self.instance))
+        finally:
+            self.busy_s += perf_counter() - start
 
     @property
     def counts(self) -> Counts:
-        return Counts(self.emitter.emitted, self.processed)
+        return Counts(self.emitter.emitted, self.processed, self.busy_s)
 
 
 def run_bolt(topology: str, node: Node, batches: Iterable[pa.RecordBatch],
              task_of: Callable[[pa.RecordBatch], int], batch_id: int | None,
-             done: Callable[[Counts], None]) -> Iterator[pa.RecordBatch]:
+             done: Callable[[Counts], None],
+             settings: Callable[[], RunSettings | None] = lambda: None
+             ) -> Iterator[pa.RecordBatch]:
     """A mapInArrow body: the bolt over one partition. The instance is made at the
-    first non-empty batch (``task_of`` reads its task from it); an empty partition
-    makes none and calls no ``end_batch``. ``done`` gets the counts at the end."""
+    first non-empty batch (``task_of`` reads its task from it, ``settings`` gives the
+    topology's run-time settings then); an empty partition makes none and calls no
+    ``end_batch``. ``done`` gets the counts at the end."""
     task: BoltTask | None = None
     for batch in batches:
         if batch.num_rows == 0:
             continue
         if task is None:
-            task = BoltTask(topology, node, task_of(batch), batch_id)
+            task = BoltTask(topology, node, task_of(batch), batch_id, settings())
         yield from task.feed(batch)
     if task is not None:
         yield from task.finish()
@@ -142,10 +173,12 @@ def run_bolt(topology: str, node: Node, batches: Iterable[pa.RecordBatch],
 class SpoutTask:
     """One spout instance reading one task's offset range in an executor."""
 
-    def __init__(self, topology: str, node: Node, task: int, batch_id: int | None):
+    def __init__(self, topology: str, node: Node, task: int, batch_id: int | None,
+                 settings: RunSettings | None = None):
         self.node = node
         self.instance = new_instance(topology, node, task, batch_id)
         self.emitter = Emitter(node)
+        self.emitter.sampler = _sampler(topology, node, task, batch_id, settings)
 
     def read(self, start: int, end: int, chunk: int = SPOUT_CHUNK
              ) -> Iterator[pa.RecordBatch]:
@@ -186,14 +219,17 @@ class StatefulTask:
     """
 
     def __init__(self, topology: str, op: StatefulOp, nodes: dict[str, Node], task: int,
-                 batch_id: int | None):
+                 batch_id: int | None, settings: RunSettings | None = None):
         self.topology, self.op, self.task, self.batch_id = topology, op, task, batch_id
         self.nodes = [nodes[b] for b in op.bolts]
         self.instances: dict[int, Any] = {}
         self.emitters = [Emitter(n) for n in self.nodes]
+        for node, emitter in zip(self.nodes, self.emitters):
+            emitter.sampler = _sampler(topology, node, task, batch_id, settings)
         self.decoders = [TupleDecoder(slot) for slot in op.slots]
         self.slot_bolt = [op.bolts.index(slot.bolt) for slot in op.slots]
         self.processed = [0] * len(self.nodes)
+        self.busy_s = [0.0] * len(self.nodes)
         #: The merged output's columns, to fill other bolts' ones with nulls.
         self.out_columns = [name for name, _ in op.output_columns(nodes)]
 
@@ -210,6 +246,7 @@ class StatefulTask:
         Returns the new pickled state (or :data:`REMOVE`) and the output rows in the
         merged output layout (None when nothing was emitted).
         """
+        start = perf_counter()
         with _gc_paused():
             frames = [pdf for pdf in pdfs if len(pdf)]
             if not frames:
@@ -261,6 +298,7 @@ class StatefulTask:
                         f"({type(exc).__name__}: {exc})")) from exc
             out = self._output(b, emitter.drain(instance, returned))
             del tuples, result, returned   # freed while the GC is off: else it scans them
+            self.busy_s[b] += perf_counter() - start
             return new_state, out
 
     def _output(self, b: int, pending: dict[str, list[Any]]) -> "pd.DataFrame | None":
@@ -280,8 +318,9 @@ class StatefulTask:
         return pd.DataFrame(data)
 
     def counts(self) -> dict[str, Counts]:
-        return {node.id: Counts(e.emitted, p)
-                for node, e, p in zip(self.nodes, self.emitters, self.processed)}
+        return {node.id: Counts(e.emitted, p, busy)
+                for node, e, p, busy in zip(self.nodes, self.emitters, self.processed,
+                                            self.busy_s)}
 
 
 def _concat(frames: list["pd.DataFrame"]) -> "pd.DataFrame":

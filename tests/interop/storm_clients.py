@@ -4,7 +4,8 @@ Two generated packages, both written by scripts/install_interop.sh with ``thrift
 
     storm    from Storm 1.1's own storm.thrift (tests/interop/storm/storm.thrift, see
              storm_idl.py): what a Storm or streamparse user's tooling speaks
-    nimbus   from our idl/nimbus.thrift
+    nimbus   from our idl/nimbus.thrift, which follows Storm 2.x's (Storm 2.x's own IDL is
+             on no package registry the tests reach): a Storm 2.x client
 
 Each is imported from its own directory (``tests/interop/gen-*-py``); a missing or stale
 one FAILS the test (never skips). Clients go over ``TSocket`` + ``TFramedTransport`` with

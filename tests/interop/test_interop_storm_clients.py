@@ -226,7 +226,7 @@ def test_upload_submit_and_query(connect, gen, daemon, launcher, protocol):
     assert len(cluster.nimbuses) == 1
     leader = cluster.nimbuses[0]
     assert (leader.host, leader.port, leader.isLeader, leader.version) == (
-        host, port, True, nimbus_thrift.__version__)
+        host, port, True, f"2.8.0+nimbus.thrift.{nimbus_thrift.__version__}")
     assert [t.name for t in cluster.topologies] == [name]
     listed = cluster.topologies[0]
     topology_id = listed.id
@@ -431,19 +431,23 @@ def test_undeclared_errors_are_internal_errors(client, gen):
     assert summary(client, "wc-dying").status == "KILLED"
 
 
-def test_storm_method_we_do_not_implement(daemon):
+def test_storm_method_with_no_meaning_on_spark(daemon):
     storm = load_generated("storm")
+    m = storm.ttypes
     client, _, trans = open_client(storm, daemon.address)
     try:
+        _, topology_id = submit(client, m, "wc-profiled")
+        request = m.ProfileRequest(nodeInfo=m.NodeInfo(node="127.0.0.1", port={6700}),
+                                   action=m.ProfileAction.JSTACK_DUMP)
         with pytest.raises(TApplicationException) as excinfo:
-            client.getTopologyPageInfo("wordcount-1-1700000000", ":all-time", False)
-        assert excinfo.value.type == TApplicationException.UNKNOWN_METHOD
-        assert "getTopologyPageInfo" in excinfo.value.message
-        # Same connection: the next calls (known and unknown) are answered.
+            client.setWorkerProfiler(topology_id, request)
+        assert excinfo.value.type == TApplicationException.UNKNOWN
+        assert excinfo.value.message.startswith(
+            "setWorkerProfiler is not supported on Spark: ")
+        # Same connection: the next calls are answered.
         assert client.getLeader().isLeader is True
-        with pytest.raises(TApplicationException) as excinfo:
-            client.listBlobs("")
-        assert excinfo.value.type == TApplicationException.UNKNOWN_METHOD
-        assert client.getClusterInfo().topologies == []
+        assert client.getComponentPendingProfileActions(
+            topology_id, "count", m.ProfileAction.JSTACK_DUMP) == []
+        assert [t.id for t in client.getClusterInfo().topologies] == [topology_id]
     finally:
         trans.close()

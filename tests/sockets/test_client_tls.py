@@ -13,8 +13,7 @@ import stat
 import subprocess
 import sys
 import threading
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 

@@ -9,7 +9,7 @@ import os
 import pwd
 import socket
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 

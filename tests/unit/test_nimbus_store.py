@@ -13,7 +13,8 @@ import pytest
 
 from nimbus_thrift.nimbus import store as store_module
 from nimbus_thrift.nimbus.store import (MAX_ERRORS_PER_TOPOLOGY, SCHEMA_VERSION, Action,
-                                        Store, StoreError, TopologyRecord, Upload)
+                                        Blob, BlobUpload, Store, StoreError,
+                                        TopologyRecord, Upload)
 
 
 def record(tid: str = "wc-1-1700000000", name: str = "wc", **changes: object
@@ -195,6 +196,44 @@ def test_upload_rows(store: Store) -> None:
     assert store.upload_in_use("u1")
     store.delete_upload("u1")
     assert store.upload("u1") is None and store.uploads() == []
+
+
+def test_blob_rows_and_the_bytes_the_quota_counts(store: Store) -> None:
+    assert store.stored_bytes() == 0
+    store.insert_upload(Upload("u1", "/inbox/u1.zip", "open", 5, None, 1.0, 1.0, None))
+    blob = Blob("k", 1, "f1", 7, "ab", "[]", 1.0, 1.0)
+    store.put_blob(blob)
+    store.put_blob(dataclasses.replace(blob, key="j", file="f0"))
+    up = BlobUpload("s1", "new", "create", "[]", 11, "alice", 1.0, 1.0)
+    store.insert_blob_upload(up)
+    assert store.stored_bytes() == 5 + 7 + 7 + 11
+    assert store.blob("k") == blob and store.blob("nope") is None
+    assert [b.key for b in store.blobs()] == ["j", "k"]
+    assert store.blob_keys(None, 1) == ["j"] and store.blob_keys("j", 10) == ["k"]
+    assert store.creating("new") == up and store.creating("k") is None
+    store.grow_blob_upload("s1", 12, 2.0)
+    assert store.blob_upload("s1") == dataclasses.replace(up, bytes=12, touched_at=2.0)
+    store.put_blob(dataclasses.replace(blob, version=2, file="f2"))     # a new version
+    assert store.blob("k").file == "f2"  # type: ignore[union-attr]
+    store.set_blob_acl("k", "[[1, null, 1]]")
+    assert store.blob("k").acl == "[[1, null, 1]]"  # type: ignore[union-attr]
+    store.delete_blob("k")
+    store.delete_blob_upload("s1")
+    assert store.blob("k") is None and store.blob_uploads() == []
+    assert store.stored_bytes() == 5 + 7
+
+
+def test_blob_tables_are_added_to_an_older_database(db_path: Path) -> None:
+    old = sqlite3.connect(db_path)
+    old.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    old.execute("INSERT INTO meta VALUES ('schema', '1')")
+    old.commit()
+    old.close()
+    store = Store(db_path)
+    try:
+        assert store.blobs() == [] and store.blob_uploads() == []
+    finally:
+        store.close()
 
 
 def test_upload_location_is_unique(store: Store) -> None:

@@ -568,8 +568,8 @@ def test_finish_fsyncs_the_file_before_the_rename_and_the_directory_after(
         events.append("rename")
         real_replace(src, dst)
 
-    monkeypatch.setattr(transfers_module.os, "fsync", fsync)
-    monkeypatch.setattr(transfers_module.os, "replace", replace)
+    monkeypatch.setattr(os, "fsync", fsync)       # partfiles.py makes these calls
+    monkeypatch.setattr(os, "replace", replace)
     env.transfers.finish_upload(location)
     assert events == ["fsync file", "rename", "fsync dir"]
 

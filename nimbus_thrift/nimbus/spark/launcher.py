@@ -13,9 +13,11 @@ its ``bin/spark-submit``. Processes of one topology::
 
 The daemon and the driver talk only through the work directory
 (:mod:`nimbus_thrift.runner.rundir`): the launcher writes ``spec.json``, ``code/``,
-``code.zip`` and ``control``; the driver writes ``status.json``; ``launch.json`` is the
-launcher's own record (pid and its start time, UI port, command, restarts), so that a
-restarted daemon adopts the processes it finds alive instead of starting them twice.
+``code.zip`` and ``control``; the driver writes ``status.json``; the daemon writes
+``settings.json`` (log levels, tuple sampling: :mod:`..log_calls`), which the driver
+and the Python workers follow by themselves; ``launch.json`` is the launcher's own
+record (pid and its start time, UI port, command, restarts), so that a restarted
+daemon adopts the processes it finds alive instead of starting them twice.
 
 Theory of operation. The launcher does not keep a state machine of its own: the state
 of a topology is read, each time it is asked, from two facts, whether the JVM is alive
@@ -281,8 +283,9 @@ class SparkLauncher:
         if threads is not None:
             with self._runs_lock:
                 runs = list(self._runs.values())
-            cores = [run.cores for run in runs if run.pid and not run.stopped and run.alive()]
-            return [local_node(threads, cores, self.started_at, self.version)]
+            alive = [run for run in runs if run.pid and not run.stopped and run.alive()]
+            return [local_node(threads, [run.cores for run in alive], self.started_at,
+                               self.version, tuple(run.topology_id for run in alive))]
         url = master_ui_url(master, self.config.spark_master_ui)
         if url is None:
             return []

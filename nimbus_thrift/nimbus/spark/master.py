@@ -39,14 +39,16 @@ def local_threads(master: str) -> int | None:
 
 
 def local_node(threads: int, cores: list[int], started_at: float,
-               version: str) -> WorkerNode:
+               version: str, topologies: tuple[str, ...] = ()) -> WorkerNode:
     """This machine as the node of a local master with ``threads`` threads, running
-    applications that use ``cores`` cores each (at most ``threads``)."""
+    applications that use ``cores`` cores each (at most ``threads``): those of
+    ``topologies``."""
     slots = os.cpu_count() or 1
     used = sum(min(threads, max(1, count)) for count in cores)
     host = socket.gethostname()
     return WorkerNode(node_id=f"local-{host}", host=host, started_at=started_at,
-                      slots=slots, used_slots=min(slots, used), version=version)
+                      slots=slots, used_slots=min(slots, used), version=version,
+                      topologies=topologies)
 
 
 def master_ui_url(master: str, override: str) -> str | None:

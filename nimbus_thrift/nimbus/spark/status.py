@@ -99,7 +99,8 @@ def run_status(run: Run, alive: bool, last: RunState | None, config: NimbusConfi
     ui = (last.ui_url if last is not None and last.ui_url else "") or \
         (f"http://{LOCAL_HOST}:{run.ui_port}" if run.ui_port else "")
     components = {cid: ComponentStats(emitted=f.emitted, processed=f.processed,
-                                      rate=f.rate, latency_ms=f.latency_ms)
+                                      rate=f.rate, latency_ms=f.latency_ms,
+                                      busy_ms=f.busy_ms)
                   for cid, f in (last.components if last is not None else {}).items()}
     if alive:
         state, detail = alive_detail(run, last, ui, config, clock)

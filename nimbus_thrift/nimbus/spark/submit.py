@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any, Mapping, Sequence
 
 from ...runner.spec import RunSpec
+from ...topology.blobs import WORK_DIR_ENV
 from ..launcher import LauncherError
 from .archive import DEFAULT_JAVA_OPTIONS, driver_java_options, java_tokens
 
@@ -126,6 +127,9 @@ def submit_command(submit: Sequence[str], master: str, run_spec: RunSpec, work_d
     if java_options:
         confs[DEFAULT_JAVA_OPTIONS] = shlex.join(java_options)
     if master.startswith("spark://"):
+        # Executors of a cluster start in a directory of their worker's, with its
+        # environment: the DSL's blob helpers find the work directory by this variable.
+        confs[f"spark.executorEnv.{WORK_DIR_ENV}"] = str(work_dir)
         cores_max = user.get("spark.cores.max") or str(
             max([c.parallelism for c in run_spec.components.values()] or [1]))
         confs["spark.cores.max"] = cores_max
@@ -164,14 +168,17 @@ def environment(work_dir: Path, home: Path | None,
     """The application's environment, built explicitly: the variables of ``base``
     (the daemon's, ``os.environ``) named by :data:`INHERITED_VARIABLES` and
     :data:`INHERITED_PREFIXES`, this Python for the driver and workers, ``home`` as
-    SPARK_HOME (the mirror of PySpark's), loopback, and the topology's code on
-    PYTHONPATH (the driver-side Python data source runner does not see ``--py-files``)."""
+    SPARK_HOME (the mirror of PySpark's), loopback, the topology's code on
+    PYTHONPATH (the driver-side Python data source runner does not see ``--py-files``)
+    and its work directory as ``$NIMBUS_THRIFT_WORK_DIR``, where the DSL's blob
+    helpers look for its blobs (the topology's own path, not a daemon setting)."""
     base = os.environ if base is None else base
     env = {name: value for name, value in base.items()
            if name in INHERITED_VARIABLES or name.startswith(INHERITED_PREFIXES)}
     env["PYSPARK_PYTHON"] = sys.executable
     env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     env["SPARK_LOCAL_IP"] = LOCAL_HOST
+    env[WORK_DIR_ENV] = str(work_dir)
     if home is not None:
         env["SPARK_HOME"] = str(home)
     path = [str(work_dir / "code"), str(PACKAGE_ROOT)]
