@@ -279,6 +279,53 @@ fastio_recv_into(PyObject *self, PyObject *args)
     return result;
 }
 
+PyDoc_STRVAR(recv_frame_doc,
+"recv_frame(sock, buffer, nbytes=0) -> (int, bytes | None)\n\n"
+"recv_into, and when what arrived is exactly one whole frame (a big-endian length\n"
+"prefix equal to the bytes after it, at least one), that frame's payload as bytes:\n"
+"the common read of a small request, in one call instead of four.");
+
+static PyObject *
+fastio_recv_frame(PyObject *self, PyObject *args)
+{
+    PyObject *count = fastio_recv_into(self, args);
+    if (count == NULL)
+        return NULL;
+    Py_ssize_t n = PyLong_AsSsize_t(count);
+    if (n == -1 && PyErr_Occurred()) {
+        Py_DECREF(count);
+        return NULL;
+    }
+    PyObject *body = Py_None;
+    Py_INCREF(body);
+    if (n > 4) {
+        Py_buffer buf;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(args, 1), &buf, PyBUF_SIMPLE) < 0) {
+            Py_DECREF(count);
+            Py_DECREF(body);
+            return NULL;
+        }
+        const unsigned char *p = buf.buf;
+        if (buf.len >= n) {
+            uint32_t size = ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
+                            ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+            if ((uint64_t)size == (uint64_t)(n - 4)) {
+                Py_DECREF(body);
+                body = PyBytes_FromStringAndSize((const char *)p + 4, n - 4);
+            }
+        }
+        PyBuffer_Release(&buf);
+        if (body == NULL) {
+            Py_DECREF(count);
+            return NULL;
+        }
+    }
+    PyObject *result = PyTuple_Pack(2, count, body);
+    Py_DECREF(count);
+    Py_DECREF(body);
+    return result;
+}
+
 PyDoc_STRVAR(send_doc,
 "send(sock, data) -> int\n\n"
 "Like socket.send on a nonblocking socket (MSG_NOSIGNAL); keeps the GIL below 64 KiB.");
@@ -467,6 +514,7 @@ fastio_grow_bytearray(PyObject *self, PyObject *args)
 static PyMethodDef fastio_methods[] = {
     {"grow_bytearray", fastio_grow_bytearray, METH_VARARGS, grow_bytearray_doc},
     {"recv_into", fastio_recv_into, METH_VARARGS, recv_into_doc},
+    {"recv_frame", fastio_recv_frame, METH_VARARGS, recv_frame_doc},
     {"send", fastio_send, METH_VARARGS, send_doc},
     {"sendmsg", fastio_sendmsg, METH_VARARGS, sendmsg_doc},
     {"epoll_wait", fastio_epoll_wait, METH_VARARGS, epoll_wait_doc},

@@ -900,7 +900,38 @@ wire_encode_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+PyDoc_STRVAR(call_name_doc,
+"call_name(frame) -> bytes | None\n\n"
+"The method name of a strict binary CALL message in frame (bytes or bytearray, a\n"
+"frame's payload), as bytes; None for anything else. What the selector keys its\n"
+"inline calls by (rpc/inline.py), without decoding the message.");
+
+static PyObject *
+wire_call_name(PyObject *self, PyObject *frame)
+{
+    const unsigned char *p;
+    Py_ssize_t n;
+    if (PyBytes_CheckExact(frame)) {
+        p = (const unsigned char *)PyBytes_AS_STRING(frame);
+        n = PyBytes_GET_SIZE(frame);
+    } else if (PyByteArray_CheckExact(frame)) {
+        p = (const unsigned char *)PyByteArray_AS_STRING(frame);
+        n = PyByteArray_GET_SIZE(frame);
+    } else {
+        Py_RETURN_NONE;
+    }
+    /* version 1, type CALL (1), then the name's length, big-endian */
+    if (n < 8 || p[0] != 0x80 || p[1] != 0x01 || p[2] != 0x00 || p[3] != 0x01)
+        Py_RETURN_NONE;
+    uint32_t size = ((uint32_t)p[4] << 24) | ((uint32_t)p[5] << 16) |
+                    ((uint32_t)p[6] << 8) | (uint32_t)p[7];
+    if (size > (uint64_t)(n - 8))
+        Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)p + 8, (Py_ssize_t)size);
+}
+
 static PyMethodDef wire_methods[] = {
+    {"call_name", wire_call_name, METH_O, call_name_doc},
     {"decode_struct", wire_decode_struct, METH_VARARGS, decode_struct_doc},
     {"read_message_header", wire_read_message_header, METH_VARARGS, read_message_header_doc},
     {"encode_message", (PyCFunction)(void (*)(void))wire_encode_message, METH_FASTCALL,

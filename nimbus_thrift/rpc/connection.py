@@ -323,6 +323,33 @@ class Connection:
             grow_bytearray(frame, grown)
         return memoryview(frame)[pos:]
 
+    def whole_frame(self, body: bytes) -> Event | None:
+        """Take ``body``, the payload of exactly one whole frame that arrived in one read
+        in READING_HEADER (fastio.recv_frame found its length prefix equal to the bytes
+        after it): FRAME_COMPLETE, or None when the general path must look at the bytes
+        instead (a prefix already begun, a form not yet known or not framed binary,
+        a length this connection may not take now).
+
+        The fast path of the common case: the same transitions as :meth:`received`
+        (FRAME_ADMITTED, then FRAME_COMPLETE; checked against the table at import),
+        without the general bookkeeping."""
+        if self.hdr or self.state is not _READING_HEADER or self.form is not FRAMED_BINARY:
+            return None
+        size = len(body)
+        share = self.share
+        budget = self.budget
+        if size > self.max_frame_size or size > budget.capacity or \
+                share.declared + size > budget.peer_share:
+            return None
+        share.declared += size
+        self.declared = size
+        budget.force_reserve(size)
+        self.held += size
+        self.frame = body
+        self.size = self.pos = size
+        self.state = _ONE_READ_FRAME
+        return _FRAME_COMPLETE
+
     def received(self, data: Buffer, reserved: bool = False) -> Event | None:
         """Take bytes that arrived in READING_HEADER.
 
@@ -336,24 +363,6 @@ class Connection:
         holds the error), or None when the length prefix is still incomplete.
         """
         view = memoryview(data)
-        if not reserved and not self.hdr and len(view) > 4 and \
-                self.state is _READING_HEADER and self.form is FRAMED_BINARY:
-            # Fast path, the common case: exactly one whole frame in one read. The same
-            # transitions as below (FRAME_ADMITTED, then FRAME_COMPLETE; checked against
-            # the table at import), without the general bookkeeping.
-            size = _LENGTH.unpack_from(view)[0]
-            share = self.share
-            budget = self.budget
-            if size == len(view) - 4 and size <= self.max_frame_size and \
-                    size <= budget.capacity and share.declared + size <= budget.peer_share:
-                share.declared += size
-                self.declared = size
-                budget.force_reserve(size)
-                self.held += size
-                self.frame = bytes(view[4:])
-                self.size = self.pos = size
-                self.state = _ONE_READ_FRAME
-                return _FRAME_COMPLETE
         if self.scan is not None or (self.form is not None
                                      and self.form.transport == "unframed"):
             return self._received_unframed(view, reserved)
@@ -590,7 +599,18 @@ class Connection:
         if self.state is not _PROCESSING:
             raise IllegalTransition(f"{self.state.name} has no transition on "
                                     f"{E.REPLY_READY.name} ({self.peer})")
-        self.request_done()
+        # request_done(), inlined: this runs once per call.
+        self.frame = None
+        size = self.size
+        if size:
+            self.held -= size
+            self.budget.release(size)
+        self.size = 0
+        self.pos = 0
+        declared = self.declared
+        if declared:
+            self.share.declared -= declared
+            self.declared = 0
         self.state = _ANSWERED
 
     def close(self) -> int:

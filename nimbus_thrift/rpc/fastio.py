@@ -9,6 +9,9 @@ the same, only slower under load.
 A TLS connection's calls go through its stream object (rpc/tls.py), or, with the C
 module, straight to ssl's own C object (:data:`NATIVE_TLS`).
 
+:func:`recv_frame` is recv_into that also returns the payload when exactly one whole
+frame arrived (the common read of a small request).
+
 Also :func:`grow_bytearray`, which lengthens a frame buffer without zero-filling it
 (the C version; the fallback zero-fills).
 
@@ -49,6 +52,7 @@ NATIVE_TLS = _native_tls()
 
 if _fastio is not None:
     recv_into = _fastio.recv_into
+    recv_frame = _fastio.recv_frame
     send = _fastio.send
     sendmsg = _fastio.sendmsg
     grow_bytearray = _fastio.grow_bytearray
@@ -64,6 +68,12 @@ if _fastio is not None:
 else:  # pragma: no cover - exercised only where the C module is absent
     def recv_into(sock: Any, buffer: Any, nbytes: int = 0, /) -> int:
         return sock.recv_into(buffer, nbytes)
+
+    def recv_frame(sock: Any, buffer: Any, nbytes: int = 0, /) -> tuple[int, bytes | None]:
+        n = sock.recv_into(buffer, nbytes)
+        if n > 4 and int.from_bytes(buffer[:4], "big") == n - 4:
+            return n, bytes(buffer[4:n])
+        return n, None
 
     def send(sock: Any, data: Any, /) -> int:
         return sock.send(data)

@@ -30,7 +30,7 @@ class ServerState:
         self.tls_handshakes = 0           # TLS handshakes completed
         self.tls_handshakes_failed = 0    # refused, broken, plaintext, or timed out
         # Inline calls that blocked, so that a new thread took the selector's loop over
-        # (inline.py). Written by the watch thread, under the selector's lead lock.
+        # (inline.py). Written by the watch thread only.
         self.selector_takeovers = 0
 
 

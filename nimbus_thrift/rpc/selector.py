@@ -41,7 +41,7 @@ from .connection import SCRATCH_SIZE, Connection, Event, State
 from .deadlines import ParkTimeoutError
 from .dispatch import Dispatcher, Reply, Status
 from .errors import AppErrorCode, FrameSizeError, NotThriftError, OverloadedError
-from .fastio import poll, recv_into, sendmsg
+from .fastio import poll, recv_frame, recv_into, sendmsg
 from .inline import SLOW_SECS, InlineWatch, method_key, thread_runnable
 from .memory import MemoryBudget
 from .metrics import ServerState
@@ -118,16 +118,14 @@ class Selector(Lifetime):
         #: local: a thread taking over the loop carries on with it, see _take_over).
         self._batch: list[tuple[Connection, Any]] = []
         #: Inline calls (inline.py): when the running one began (perf_counter; 0 when
-        #: none), its method, how many so far, and the watch that takes over when one
-        #: blocks. ``_epoch`` changes at each takeover, under ``_lead_lock``.
+        #: none), the pass's inline calls, how many so far, and the watch that takes
+        #: over when one blocks.
         self._inline_since = 0.0
-        self._inline_key = b""
         self._inline_batch: list[tuple[Connection, Any, bytes]] = []
-        self._inline_index = 0
         self.inline_calls = 0
         self._watch: InlineWatch | None = None
-        self._lead_lock = threading.Lock()
-        self._epoch = 0
+        #: Holds the running inline call's index in _inline_batch (see _take_over).
+        self._claim: list[int] = []
         self._leaders = 1
         self._leader_tid = 0
         self._draining = False
@@ -342,13 +340,17 @@ class Selector(Lifetime):
         try:
             if conn.state is _READING_HEADER:
                 limit = conn.header_read_limit()
-                n = recv_into(conn.io, self._scratch, limit)
+                n, body = recv_frame(conn.io, self._scratch, limit)
                 if n == 0:
                     self._eof(conn)
                     return
                 conn.last_activity = now
                 if not conn.hdr:
                     conn.frame_started = now
+                if body is not None and conn.whole_frame(body) is _FRAME_COMPLETE:
+                    conn.fresh = False
+                    batch.append((conn, body))
+                    return
                 event = conn.received(self._scratch[:n])
                 if event is _FRAME_COMPLETE:
                     conn.fresh = False
@@ -488,13 +490,14 @@ class Selector(Lifetime):
         reply to deliver, and it leaves the rest of these calls to the pool."""
         dispatch = self.dispatcher.dispatch
         policy = self.policy
-        lock = self._lead_lock
-        epoch = self._epoch
+        claim = self._claim
         self._inline_batch = calls
-        for i, (conn, frame, key) in enumerate(calls):
+        stopping = self.stop_requested
+        i = -1
+        for conn, frame, key in calls:
+            i += 1
             started = perf_counter()
-            self._inline_index = i
-            self._inline_key = key
+            claim.append(i)                     # the call's place in calls: see _take_over
             self._inline_since = started        # before the watch's `asleep` is read
             self.inline_calls += 1
             watch = self._watch
@@ -505,20 +508,19 @@ class Selector(Lifetime):
             except BaseException:  # noqa: BLE001 - a bug must not stop the selector
                 log.exception("dispatch_crashed", peer=conn.peer, effect="connection closed")
                 reply, status = None, _CLOSE
-            with lock:
-                self._inline_since = 0.0
-                taken_over = self._epoch != epoch
-            if taken_over:
+            try:
+                claim.pop()
+            except IndexError:                  # the watch took the loop over
                 self.deliver(conn, reply, status)   # the rest went to the pool already
-                raise _TakenOver
+                raise _TakenOver from None
+            self._inline_since = 0.0
             took = perf_counter() - started
             if took >= SLOW_SECS:
                 policy.ran_inline(key, took)
             unsent: Any = None
             if reply is not None and status is not _CLOSE:
                 unsent = send_now(conn.io, reply)
-            self._book(conn, unsent, status, reply is not None, now, batch,
-                       self.stop_requested)
+            self._book(conn, unsent, status, reply is not None, now, batch, stopping)
 
     def _wake_watch(self) -> None:
         if self._watch is None:
@@ -529,19 +531,28 @@ class Selector(Lifetime):
 
     def _take_over(self, since: float) -> None:
         """Called by the watch when the inline call that began at ``since`` still runs:
-        the loop continues in a new thread, the method goes back to the pool."""
-        with self._lead_lock:
-            if self._inline_since != since:
-                return          # that call ended meanwhile
-            self._epoch += 1
-            self._inline_since = 0.0
-            key = self._inline_key
-            # The calls read in the same pass behind the blocked one: to the pool now,
-            # not when (if ever) it returns.
-            rest = [(conn, frame) for conn, frame, _ in
-                    self._inline_batch[self._inline_index + 1:]]
-            self._leaders += 1
-            self._state.selector_takeovers += 1
+        the loop continues in a new thread, the method goes back to the pool.
+
+        Who owns the loop is settled by one atomic step on each side, not a lock (one
+        per inline call cost more than the rest of its bookkeeping): the selector puts
+        a token in ``_claim`` before each inline call and pops it after; whoever pops
+        it first wins. Popped here, the selector finds the list empty when its call
+        returns and becomes a worker; popped there first, the list is empty here and
+        nothing happens. (A call that began between the watch's look and its pop is
+        the one taken over: rare, and harmless.) The blocked thread touches none of
+        what is read below until its own pop fails."""
+        try:
+            index = self._claim.pop()
+        except IndexError:
+            return              # that call ended meanwhile
+        self._inline_since = 0.0
+        calls = self._inline_batch
+        key = calls[index][2]
+        # The calls read in the same pass behind the blocked one: to the pool now, not
+        # when (if ever) it returns.
+        rest = [(conn, frame) for conn, frame, _ in calls[index + 1:]]
+        self._leaders += 1
+        self._state.selector_takeovers += 1
         if rest:
             self.pool.submit_many(rest)
         blocked = perf_counter() - since

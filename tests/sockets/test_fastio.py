@@ -73,6 +73,34 @@ def test_recv_into_reads_what_is_there_up_to_nbytes(io, pair):
     assert bytes(buf[:11]) == b"hello world"
 
 
+@pytest.mark.parametrize("sent, nbytes, body", [
+    (b"\x00\x00\x00\x03abc", 0, b"abc"),            # exactly one whole frame
+    (b"\x00\x00\x00\x05abc", 0, None),              # a frame not yet whole
+    (b"\x00\x00\x00\x02abc", 0, None),              # a frame and the next one's start
+    (b"\x00\x00\x00\x00", 0, None),                 # an empty frame: the general path
+    (b"\xff\xff\xff\xfdabc", 0, None),              # a negative length
+    (b"\x00\x00", 0, None),                          # less than a length prefix
+    (b"\x00\x00\x00\x03abc", 5, None),              # nbytes cut it short
+])
+def test_recv_frame_gives_the_payload_of_exactly_one_whole_frame(io, pair, sent, nbytes,
+                                                                  body):
+    a, b = pair
+    b.send(sent)
+    buf = bytearray(64)
+    n, got = io.recv_frame(a, buf, nbytes)
+    assert n == (nbytes or len(sent))
+    assert bytes(buf[:n]) == sent[:n]
+    assert got == body and (got is None or type(got) is bytes)
+
+
+def test_recv_frame_raises_and_ends_like_recv_into(io, pair):
+    a, b = pair
+    with pytest.raises(BlockingIOError):
+        io.recv_frame(a, bytearray(8))
+    b.close()
+    assert io.recv_frame(a, bytearray(8)) == (0, None)
+
+
 def test_recv_into_raises_blocking_io_error_when_dry(io, pair):
     a, _ = pair
     with pytest.raises(BlockingIOError):

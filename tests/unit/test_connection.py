@@ -921,3 +921,33 @@ def test_a_tls_handshake_has_its_own_deadline() -> None:
     # Done: the first request's clock (from the accept) applies from now on.
     assert overdue(conn, opts, 110.1) is None
     assert overdue(conn, opts, 120.1) is not None
+
+
+def test_whole_frame_takes_one_read_frame_as_received_would():
+    """The selector's fast path (fastio.recv_frame found exactly one whole frame):
+    the same state and accounting as the general path, and None wherever the general
+    path must look at the bytes."""
+    msg = b"\x80\x01\x00\x01\x00\x00\x00\x04echo" + b"\x00" * 8
+    general = Connection("p", MemoryBudget(1000), 1000)
+    fast = Connection("p", MemoryBudget(1000), 1000)
+    # The first message fixes the form: until then only the general path applies.
+    assert fast.whole_frame(msg) is None
+    for conn in (general, fast):
+        assert conn.received(length(len(msg)) + msg) is Event.FRAME_COMPLETE
+        conn.answered()
+    assert general.received(length(len(msg)) + msg) is Event.FRAME_COMPLETE
+    assert fast.whole_frame(msg) is Event.FRAME_COMPLETE
+    for attr in ("state", "frame", "size", "pos", "held", "declared"):
+        assert getattr(fast, attr) == getattr(general, attr), attr
+    assert fast.budget.reserved == general.budget.reserved == len(msg)
+    assert fast.share.declared == general.share.declared == len(msg)
+    fast.answered()
+    assert fast.budget.reserved == 0 and fast.share.declared == 0
+    # A length prefix already begun, or a frame over a limit: not this path's.
+    fast.hdr = b"\x00"
+    assert fast.whole_frame(msg) is None
+    fast.hdr = b""
+    small = Connection("q", MemoryBudget(1000), 8)
+    small.form = fast.form
+    assert small.whole_frame(msg) is None and small.state is State.READING_HEADER
+    assert small.budget.reserved == 0

@@ -12,7 +12,11 @@ import pytest
 
 from nimbus_thrift.rpc import inline
 from nimbus_thrift.rpc.inline import (FAST_SECS, MAX_KEYS, MAX_PROOF_RUNS, PROOF_RUNS,
-                                      SLOW_SECS, InlinePolicy, InlineWatch, method_key)
+                                      SLOW_SECS, InlinePolicy, InlineWatch, _method_key,
+                                      method_key)
+
+#: The C version (_wire.call_name, when built) and the Python one must agree.
+KEYERS = pytest.mark.parametrize("key_of", [method_key, _method_key], ids=["used", "python"])
 
 from support.rawthrift import CALL, ONEWAY, REPLY, message
 
@@ -24,10 +28,12 @@ def _strict(name: bytes, mtype: int = CALL) -> bytes:
 # ----------------------------------------------------------------------- method_key
 
 
-def test_method_key_reads_the_name_of_a_strict_call():
-    assert method_key(_strict(b"echo")) == b"echo"
-    assert method_key(bytearray(_strict(b"Calc:add"))) == b"Calc:add"
-    assert method_key(_strict(b"")) == b""
+@KEYERS
+def test_method_key_reads_the_name_of_a_strict_call(key_of):
+    assert key_of(_strict(b"echo")) == b"echo"
+    assert key_of(bytearray(_strict(b"Calc:add"))) == b"Calc:add"
+    assert key_of(_strict(b"")) == b""
+    assert key_of(_strict(b"echo")[:12]) == b"echo"     # the name ends the frame
 
 
 @pytest.mark.parametrize("payload", [
@@ -41,8 +47,9 @@ def test_method_key_reads_the_name_of_a_strict_call():
     struct.pack("!HBBi", 0x8001, 0, CALL, -1) + b"echo",              # negative length
     b"",
 ])
-def test_method_key_is_none_for_anything_else(payload):
-    assert method_key(payload) is None
+@KEYERS
+def test_method_key_is_none_for_anything_else(payload, key_of):
+    assert key_of(payload) is None
 
 
 def test_method_key_agrees_with_a_real_encoder(demo):
@@ -268,8 +275,10 @@ def test_thread_runnable_reads_this_threads_state():
     assert not inline.thread_runnable(2 ** 22 + 12345)           # no such thread
 
 
-def test_method_key_is_none_for_requests_in_other_forms():
+@KEYERS
+def test_method_key_is_none_for_requests_in_other_forms(key_of):
     class Message:            # forms.Message stands for a non-framed-binary request
         payload = _strict(b"echo")
 
-    assert method_key(Message()) is None      # type: ignore[arg-type]
+    assert key_of(Message()) is None
+    assert key_of(memoryview(_strict(b"echo"))) is None   # frames are bytes or bytearray
