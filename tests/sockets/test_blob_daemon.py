@@ -7,12 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import random
-import re
-import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -20,6 +15,7 @@ from typing import Any, Iterator
 import pytest
 from click.testing import CliRunner
 
+from support.daemon_process import DaemonProcess
 from support.nimbus import FakeLauncher, N, make_zip, port_of, wordcount
 from nimbus_thrift.cli import main
 from nimbus_thrift.client.blobs import (blob_rows, download_blob, list_blobs,
@@ -194,42 +190,6 @@ def test_cli_set_log_level_sends_storms_structs(daemon: NimbusDaemon) -> None:
 
 # --- a real daemon process, killed with SIGKILL mid-upload ----------------------------------
 
-class BlobDaemonProcess:
-    """``nimbus-thrift nimbus`` as a child process."""
-
-    def __init__(self, data_dir: Path):
-        self.proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("nimbus-thrift")), "nimbus", "--port", "0",
-             "--data-dir", str(data_dir), "--unix-socket", "", "--log-format", "json"],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-            env={**os.environ, "NIMBUS_THRIFT_LAUNCHER": "none"})
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        self.port = 0
-        self.drainer = threading.Thread(target=self._drain, daemon=True)
-        self.drainer.start()
-        if not self.ready.wait(60) or not self.port:
-            self.proc.kill()
-            raise AssertionError("nimbus did not start:\n" + "".join(self.lines[-20:]))
-
-    def _drain(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            match = re.match(r"nimbus listening on [^:]+:(\d+)", line)
-            if match:
-                self.port = int(match.group(1))
-                self.ready.set()
-        self.ready.set()
-
-    def sigkill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-        self.drainer.join(30)
-        assert self.proc.stderr is not None
-        self.proc.stderr.close()
-
-
 def _version_bytes(n: int) -> bytes:
     return hashlib.sha256(str(n).encode()).digest() * (40 + n % 7)      # ~1.3-1.5 KB
 
@@ -242,7 +202,7 @@ def test_sigkill_at_any_moment_loses_no_acknowledged_blob(tmp_path: Path) -> Non
     data_dir = tmp_path / "data"
     rng = random.Random(15)
     version = 0
-    d = BlobDaemonProcess(data_dir)
+    d = DaemonProcess(data_dir, "--unix-socket", "")
     with NimbusClient("127.0.0.1", d.port, timeout=10) as client:
         upload_blob(client, "k", io.BytesIO(_version_bytes(0)), create=True)
     acked = _version_bytes(0)
@@ -274,7 +234,7 @@ def test_sigkill_at_any_moment_loses_no_acknowledged_blob(tmp_path: Path) -> Non
         d.sigkill()
         stop.set()
         thread.join(30)
-        d = BlobDaemonProcess(data_dir)
+        d = DaemonProcess(data_dir, "--unix-socket", "")
         with NimbusClient("127.0.0.1", d.port, timeout=10) as client:
             out = io.BytesIO()
             download_blob(client, "k", out)

@@ -8,7 +8,6 @@ import json
 import os
 import random
 import re
-import signal
 import sqlite3
 import stat
 import subprocess
@@ -20,6 +19,7 @@ from typing import Any, Iterator
 import pytest
 from click.testing import CliRunner
 
+from support.daemon_process import DaemonProcess
 from support.nimbus import FakeLauncher, N, make_zip, port_of, wordcount
 from support.rawthrift import refused_port
 from nimbus_thrift.cli import main
@@ -254,52 +254,6 @@ def test_python_client_round_trip(daemon: NimbusDaemon, tmp_path: Path) -> None:
 
 
 # --- a real daemon process, killed with SIGKILL -----------------------------------------
-
-class DaemonProcess:
-    """``nimbus-thrift nimbus`` as a child process; the port is read from its banner."""
-
-    def __init__(self, data_dir: Path | None, *args: str, env: dict[str, str] | None = None):
-        where = ["--data-dir", str(data_dir)] if data_dir is not None else []
-        self.proc = subprocess.Popen(
-            CLI + ["nimbus", "--port", "0", *where, "--log-format", "json",
-                   "--log-level", "info", *args],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-            # Submitted topologies are stored, not run: no Spark in these tests.
-            env={**os.environ, "NIMBUS_THRIFT_LAUNCHER": "none", **(env or {})})
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        self.port = 0
-        self.drainer = threading.Thread(target=self._drain, daemon=True)
-        self.drainer.start()
-        if not self.ready.wait(60) or not self.port:
-            self.proc.kill()
-            raise AssertionError("nimbus did not start:\n" + "".join(self.lines[-20:]))
-
-    def _drain(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:          # drained, so logging never blocks the daemon
-            self.lines.append(line)
-            match = re.match(r"nimbus listening on [^:]+:(\d+)", line)
-            if match:
-                self.port = int(match.group(1))
-                self.ready.set()
-        self.ready.set()
-
-    def sigkill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self._reap()
-
-    def sigterm(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self._reap()
-
-    def _reap(self) -> int:
-        rc = self.proc.wait(30)
-        self.drainer.join(30)
-        assert self.proc.stderr is not None
-        self.proc.stderr.close()
-        return rc
-
 
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:

@@ -25,7 +25,7 @@ from nimbus_thrift.client.client import NimbusClient
 from nimbus_thrift.nimbus.spark.processes import proc_cmdline, session_members
 from support.spark_cluster import StandaloneCluster
 from test_examples import expected_counts
-from test_nimbus_daemon import DaemonProcess
+from support.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.spark
 
