@@ -5,9 +5,9 @@ Theory of operation
 -------------------
 Handing a request to a worker and its outcome back costs both threads Python work
 (queueing, waking, booking) that is several times the work of a small call itself:
-measured with scripts/bench.sh at 16 connections, an echo served by the selector
-thread itself ran at 1.37x the rate of the same echo through the pool, and the pool
-path stood at 0.70x thriftpy2's threaded server. Java's TNonblockingServer and C++'s
+measured with scripts/bench.sh at 16 connections, an echo through the pool ran at
+0.70x thriftpy2's threaded server, and served by the selector itself at 1.01x (1.43x
+the pool's rate). Java's TNonblockingServer and C++'s
 TNonblockingServer without a thread manager always run handlers in the I/O thread;
 THsHaServer never does. This server does it per method, for the methods that have
 shown they are fast:
@@ -25,8 +25,8 @@ shown they are fast:
   are being made, sees the selector inside one call for more than
   :data:`TAKEOVER_SECS`, and the selector's loop continues in a new thread (see
   ``Selector._take_over``). The blocked thread finishes its call as a worker would and
-  then leaves. Other clients wait at most about ``TAKEOVER_SECS`` plus the GIL's
-  switch interval, once per such method.
+  then leaves. Other clients wait at most about ``TAKEOVER_SECS`` plus
+  ``WATCH_SECS`` and the GIL's switch interval, once per such method.
 
 Only strict binary CALL messages are keyed (the method name's bytes, read from the
 frame without decoding it); anything else always goes to the pool. Keys are bounded
