@@ -7,6 +7,11 @@ installs (it runs at the end of scripts/setup.sh):
     tests/interop/node/node_modules  npm `thrift`, pinned by package-lock.json
     tests/interop/node/gen-nodejs/   `thrift --gen js:node idl/demo.thrift`
     tests/interop/node/client.js     the Node client script
+    tests/interop/cache/thrifttest/  Apache Thrift 0.17.0's own cross-language test clients
+                                     (test/py/TestClient.py, lib/nodejs/test/client.js) and
+                                     test/ThriftTest.thrift, from its source release on
+                                     Debian's mirror (pinned by sha256), unchanged
+    tests/interop/thrifttest-node/node_modules  the Node test client's dependencies
 
 A missing peer FAILS the test (never skips), so a machine without them cannot pass silently.
 """
