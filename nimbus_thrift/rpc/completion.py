@@ -24,7 +24,7 @@ import structlog
 from .connection import Connection
 from .dispatch import Dispatcher, Reply, Status
 from .fastio import send, sendmsg
-from .inline import InlinePolicy, method_key
+from .inline import InlinePolicy, request_key
 from .memory import MemoryBudget
 from .wakeup import Wakeup
 
@@ -78,7 +78,7 @@ class Completion:
         through ``_finish_lock``). Measured with scripts/bench.sh, see the README.
         """
         conn, frame = task
-        key = method_key(frame) if self.policy.enabled else None
+        key = request_key(frame) if self.policy.enabled else None
         started = perf_counter()
         try:
             reply, status = self.dispatcher.dispatch(frame, conn.peer, conn.principal)

@@ -28,8 +28,9 @@ shown they are fast:
   then leaves. Other clients wait at most about ``TAKEOVER_SECS`` plus
   ``WATCH_SECS`` and the GIL's switch interval, once per such method.
 
-Only strict binary CALL messages are keyed (the method name's bytes, read from the
-frame without decoding it); anything else always goes to the pool. Keys are bounded
+Only CALL messages in binary (strict) or compact, framed or unframed, are keyed (the
+method name's bytes, read from the message header); THeader requests and anything
+else always go to the pool. Keys are bounded
 (:data:`MAX_KEYS`): a client inventing method names cannot grow the table.
 """
 
@@ -41,6 +42,11 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
+
+from . import compact
+from .binary import CALL
+from .errors import DecodeError, WireError
+from .forms import Message
 
 log = structlog.get_logger(__name__)
 
@@ -83,6 +89,25 @@ def _method_key(frame: bytes | bytearray) -> bytes | None:
     if size > len(frame) - 8:
         return None
     return bytes(frame[8:8 + size])
+
+
+def message_key(message: Message) -> bytes | None:
+    """:func:`method_key` of a request in another form (forms.Message): an unframed
+    binary CALL, or a compact one (framed or not); None for THeader (its frames name
+    their protocol inside a header of their own) and for a message refused while it
+    was scanned."""
+    if message.error is not None:
+        return None
+    protocol = message.form.protocol
+    if protocol == "binary":
+        return method_key(message.data)
+    if protocol == "compact":
+        try:
+            header = compact.read_message_header(message.data)
+        except (DecodeError, WireError):
+            return None
+        return header.name.encode() if header.type == CALL else None
+    return None
 
 
 #: :func:`_method_key`, in C (_wire.c) when built: a tenth of the time, for every call.
@@ -216,3 +241,12 @@ class InlineWatch:
                         self.asleep = False
                         continue
                     break
+
+
+def request_key(request: bytes | bytearray | Message) -> bytes | None:
+    """The key of a request in any form: :func:`method_key`, else
+    :func:`message_key`."""
+    key = method_key(request)
+    if key is None and type(request) is Message:
+        key = message_key(request)
+    return key

@@ -42,7 +42,8 @@ from .deadlines import ParkTimeoutError
 from .dispatch import Dispatcher, Reply, Status
 from .errors import AppErrorCode, FrameSizeError, NotThriftError, OverloadedError
 from .fastio import poll, recv_frame, recv_into, sendmsg
-from .inline import SLOW_SECS, InlineWatch, method_key, thread_runnable
+from .forms import Message
+from .inline import SLOW_SECS, InlineWatch, message_key, method_key, thread_runnable
 from .memory import MemoryBudget
 from .metrics import ServerState
 from .options import ServerOptions
@@ -455,6 +456,8 @@ class Selector(Lifetime):
             queued = []
             for conn, frame in tasks:
                 key = method_key(frame)
+                if key is None and type(frame) is Message:      # another form
+                    key = message_key(frame)
                 if key in inline_keys:
                     inline.append((conn, frame, key))
                 else:

@@ -187,3 +187,31 @@ def test_many_clients_on_inline_calls_get_their_own_replies(demo, clients):
         metrics = server.metrics()
     assert metrics.requests_inline > 0
     assert metrics.requests_completed == clients * PROOF_RUNS * 3
+
+
+@pytest.mark.parametrize("transport, protocol", [("buffered", "binary"),
+                                                 ("buffered", "compact"),
+                                                 ("framed", "compact")])
+def test_clients_in_other_forms_get_inline_calls_too(demo, transport, protocol):
+    """thriftpy2's make_client with its defaults (buffered binary), and compact."""
+    from thriftpy2.protocol import TBinaryProtocolFactory, TCompactProtocolFactory
+    from thriftpy2.rpc import make_client
+    from thriftpy2.transport import TBufferedTransportFactory, TFramedTransportFactory
+
+    handler = ThreadedEcho()
+    with serve(demo, handler) as server:
+        host, port = server.address
+        client = make_client(
+            demo.Echo, host, port, timeout=5000,
+            trans_factory=(TBufferedTransportFactory() if transport == "buffered"
+                           else TFramedTransportFactory()),
+            proto_factory=(TBinaryProtocolFactory() if protocol == "binary"
+                           else TCompactProtocolFactory()))
+        try:
+            for i in range(PROOF_RUNS * 4):
+                assert client.echo(f"m{i}") == f"m{i}"
+        finally:
+            client.close()
+        metrics = server.metrics()
+    assert metrics.requests_inline > 0
+    assert "nimbus-selector" in handler.threads

@@ -282,3 +282,31 @@ def test_method_key_is_none_for_requests_in_other_forms(key_of):
 
     assert key_of(Message()) is None
     assert key_of(memoryview(_strict(b"echo"))) is None   # frames are bytes or bytearray
+
+
+# ----------------------------------------------------------------------- other forms
+
+
+def test_requests_in_other_forms_are_keyed_by_their_method(demo):
+    from nimbus_thrift.rpc import compact
+    from nimbus_thrift.rpc.forms import (FRAMED_COMPACT, HEADER, UNFRAMED_BINARY,
+                                         UNFRAMED_COMPACT, Message)
+    from nimbus_thrift.rpc.inline import message_key, request_key
+
+    args = demo.Echo.echo_args(s="hi")
+    binary_call = message("echo", 5, args)
+    compact_call = compact.encode_message("echo", CALL, 5, args)
+    assert message_key(Message(binary_call, UNFRAMED_BINARY)) == b"echo"
+    assert message_key(Message(compact_call, UNFRAMED_COMPACT)) == b"echo"
+    assert message_key(Message(compact_call, FRAMED_COMPACT)) == b"echo"
+    assert request_key(Message(compact_call, FRAMED_COMPACT)) == b"echo"
+    assert request_key(binary_call) == b"echo"
+    # THeader, a refused message, a compact ONEWAY or REPLY, garbage: the pool's.
+    assert message_key(Message(binary_call, HEADER)) is None
+    assert message_key(Message(binary_call, UNFRAMED_BINARY,
+                               error=ValueError("too big"))) is None
+    assert message_key(Message(compact.encode_message("echo", ONEWAY, 5, args),
+                               UNFRAMED_COMPACT)) is None
+    assert message_key(Message(compact.encode_message("echo", REPLY, 5, args),
+                               FRAMED_COMPACT)) is None
+    assert message_key(Message(b"\x82\x21\xff", UNFRAMED_COMPACT)) is None
