@@ -11,7 +11,12 @@
 #     TNonblockingServer reference (plain and TLS; unavailable without them);
 #   - the C load generator, compiled into scripts/bench/build/ (gitignored).
 # Usage: scripts/bench.sh [--duration S] [--warmup S] [--servers a,b] [--scenarios c1,c16]
-#                         [--tls] [--json] [--strace]  (all arguments go to bench_servers.py)
+#                         [--tls] [--forms] [--json] [--strace] [--baseline DIR]
+#                         (all arguments go to bench_servers.py)
+#   --tls    adds the mutual-TLS scenarios (tls16, tls256, handshakes);
+#   --forms  adds the other client forms (compact16: framed compact; unframed16 and
+#            unframed256: unframed binary), ours against thriftpy2's threaded server
+#            started with the same transport and protocol.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"

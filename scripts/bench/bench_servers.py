@@ -1,7 +1,8 @@
 """Benchmark nimbus-thrift against other Thrift servers on the same echo service.
 
 Every server serves ``Echo.echo(s)`` of idl/demo.thrift over framed transport and the
-binary protocol, in a process of its own, on 127.0.0.1. The C load generator
+binary protocol (ours and thriftpy2's threaded server also in other client forms, see
+below), in a process of its own, on 127.0.0.1. The C load generator
 (scripts/bench/loadgen.c) drives each one with the same closed loop: N connections,
 each sending one call and waiting for its reply before the next.
 
@@ -32,6 +33,22 @@ The report gives the TLS figures their own table and checks issue 14's targets: 
 >= 1.5x thriftpy2-threaded at tls256, and ours at tls256 >= 0.5x ours at c256 (which
 must then run in the same sitting).
 
+Other client forms (issue 17; not in the default set: --forms adds them, or name them
+in --scenarios), 16-byte payload, run for nimbus (and nimbus-baseline) and
+thriftpy2-threaded only:
+
+    compact16       16 connections, framed transport, compact protocol
+    unframed16      16 connections, unframed (buffered) transport, binary protocol
+    unframed256     256 connections, unframed, binary
+
+Ours takes no option: it detects each connection's form, so these run in the same
+process as its framed binary scenarios. thriftpy2's threaded server is started once
+per form with the matching factories (peer_servers.py --transport/--protocol), so
+each comparison is on the same transport and protocol; loadgen sends the same call in
+that form (--protocol compact, --transport unframed) and checks every reply byte. The
+report gives these their own table and ours/thriftpy2 per form, beside c16's framed
+binary.
+
 Each scenario runs for --warmup + --duration seconds; only calls completing in the
 last --duration seconds count. After its scenarios, a server's peak RSS (VmHWM) is
 read from /proc and the server is stopped (SIGTERM, then SIGKILL).
@@ -42,7 +59,8 @@ yet) are reported as unavailable with the reason, and the others still run.
 Usage:
     scripts/bench.sh [options]                # sets everything up first
     .venv/bin/python scripts/bench/bench_servers.py [--duration S] [--warmup S]
-        [--servers a,b] [--scenarios c1,c16] [--tls] [--json] [--strace] [--baseline DIR]
+        [--servers a,b] [--scenarios c1,c16] [--tls] [--forms] [--json] [--strace]
+        [--baseline DIR]
 
 ``--baseline DIR`` also runs our server from another checkout (say, main before a
 change: ``git worktree add DIR main`` and build its C modules in place with
@@ -133,11 +151,24 @@ TLS_PEER = "thriftpy2-threaded"
 TLS_TARGET_VS_PEER = 1.5
 TLS_TARGET_VS_PLAIN = 0.5
 TLS_TARGET_SCENARIO, PLAIN_OF_TLS_TARGET = "tls256", "c256"
+#: The servers run in the other client forms, and why the others are not: ours (and
+#: the baseline) detect the form per connection; thriftpy2-threaded is started in it.
+FORM_SERVERS = ("nimbus", "thriftpy2-threaded", BASELINE)
+DETECTS_FORM = ("nimbus", BASELINE)
+FORM_PEER = "thriftpy2-threaded"
+NO_FORMS = {name: "issue 17 compares ours with thriftpy2-threaded only"
+            for name in ("thriftpy2-aio", "apache-nonblocking", "java-hsha", "cpp-nonblocking")}
+#: The framed binary scenario each form's figures are shown beside.
+FORM_REFERENCE = {16: "c16", 256: "c256"}
 JAVA_JAR_CANDIDATES = (
     Path("/usr/share/java/libthrift.jar"),
     Path("/usr/share/java/thrift.jar"),
     Path("/usr/share/maven-repo/org/apache/thrift/libthrift/debian/libthrift-debian.jar"),
 )
+
+
+#: The form every server serves: framed transport, binary protocol.
+DEFAULT_FORM = ("framed", "binary")
 
 
 @dataclass(frozen=True)
@@ -154,6 +185,18 @@ class Scenario:
     handshakes: bool = False
     #: The rate's column heading (a handshake cycle is also one call).
     unit: str = "calls/s"
+    #: The client form loadgen sends (loadgen --transport, --protocol).
+    transport: str = "framed"
+    protocol: str = "binary"
+
+    @property
+    def form(self) -> tuple[str, str]:
+        return (self.transport, self.protocol)
+
+    @property
+    def other_form(self) -> bool:
+        """Not framed binary, the form every server serves."""
+        return self.form != DEFAULT_FORM
 
 
 SCENARIOS = {
@@ -167,11 +210,16 @@ SCENARIOS = {
         Scenario("tls256", 256, 16, "TLS 256 conns", tls=True),
         Scenario("handshakes", 16, 16, "TLS handshakes", tls=True,
                  handshakes=True, unit="hs/s"),
+        Scenario("compact16", 16, 16, "compact 16 conns", protocol="compact"),
+        Scenario("unframed16", 16, 16, "unframed 16 conns", transport="unframed"),
+        Scenario("unframed256", 256, 16, "unframed 256 conns", transport="unframed"),
     )
 }
-#: Run unless --scenarios says otherwise; --tls adds TLS_SCENARIOS to them.
-DEFAULT_SCENARIOS = [n for n, sc in SCENARIOS.items() if not sc.tls]
+#: Run unless --scenarios says otherwise; --tls and --forms add TLS_SCENARIOS and
+#: FORM_SCENARIOS to them.
+DEFAULT_SCENARIOS = [n for n, sc in SCENARIOS.items() if not sc.tls and not sc.other_form]
 TLS_SCENARIOS = [n for n, sc in SCENARIOS.items() if sc.tls]
+FORM_SCENARIOS = [n for n, sc in SCENARIOS.items() if sc.other_form]
 #: The scenario the --strace run repeats, and the one the Java p99 comparison uses.
 STRACE_SCENARIO = "c16"
 JAVA_P99_SCENARIO = "c256"
@@ -194,6 +242,11 @@ class ServerResult:
     tls_status: str = ""
     tls_reason: str = ""
     tls_rss_peak_kib: int | None = None
+    #: The other forms' processes (thriftpy2-threaded: one per form), by form label
+    #: ("framed compact"): (status, reason); and the largest peak RSS among them (ours:
+    #: that of its one process, which serves every form).
+    forms_status: dict[str, tuple[str, str]] = field(default_factory=dict)
+    forms_rss_peak_kib: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -203,6 +256,9 @@ class ServerResult:
             "tls_status": self.tls_status or None,
             "tls_reason": self.tls_reason,
             "tls_rss_peak_kib": self.tls_rss_peak_kib,
+            "forms_status": {k: {"status": st, "reason": why}
+                             for k, (st, why) in self.forms_status.items()},
+            "forms_rss_peak_kib": self.forms_rss_peak_kib,
             "scenarios": self.scenarios,
             "strace": self.strace,
         }
@@ -366,11 +422,15 @@ def run_build(cmd: list[str]) -> None:
 
 
 def server_command(name: str, port: int, baseline: Path | None = None,
-                   tls_dir: Path | None = None) -> list[str]:
+                   tls_dir: Path | None = None, form: tuple[str, str] = DEFAULT_FORM) -> list[str]:
     """The argv that runs server `name` on `port` (with mutual TLS when `tls_dir` is
-    given); builds what it needs first."""
+    given; serving the client `form` (transport, protocol) when it is not framed
+    binary: only FORM_PEER is told); builds what it needs first."""
     py = [sys.executable, str(BENCH / "peer_servers.py")]
     tls = [] if tls_dir is None else ["--tls-dir", str(tls_dir)]
+    if form != DEFAULT_FORM:
+        assert name == FORM_PEER, name
+        tls += ["--transport", form[0], "--protocol", form[1]]
     if name == BASELINE:
         # That checkout's own launcher, which puts that checkout first on sys.path.
         assert baseline is not None
@@ -528,6 +588,8 @@ def run_loadgen(
                 "--tls-cert", str(certs / "client.pem"), "--tls-key", str(certs / "client.key")]
         if scenario.handshakes:
             cmd.append("--handshakes")
+    if scenario.other_form:
+        cmd += ["--transport", scenario.transport, "--protocol", scenario.protocol]
     deadline = (time.monotonic() + cfg.warmup + cfg.duration + LOADGEN_SLACK
                 + (TLS_SETUP_LIMIT if scenario.tls else 0.0))
     proc = subprocess.Popen(
@@ -643,10 +705,25 @@ def bench_server(name: str, scenarios: list[Scenario], cfg: RunConfig, want_stra
     """Run `name`'s plaintext scenarios in one process of it and its TLS scenarios (if
     it serves TLS here) in another, each started fresh."""
     res = ServerResult(name)
-    plain = [sc for sc in scenarios if not sc.tls]
+    forms = [sc for sc in scenarios if sc.other_form and name in FORM_SERVERS]
+    # Ours detects the form: its other forms run in the framed binary process.
+    plain = [sc for sc in scenarios if not sc.tls and not sc.other_form] + (
+        forms if name in DETECTS_FORM else [])
     secure = [sc for sc in scenarios if sc.tls]
     if plain:
         res.status, res.reason, res.rss_peak_kib = run_server(name, plain, cfg, res, want_strace)
+        if name in DETECTS_FORM and forms:
+            res.forms_rss_peak_kib = res.rss_peak_kib
+            for form in dict.fromkeys(sc.form for sc in forms):
+                res.forms_status[form_label(form)] = (res.status, res.reason)
+    if name not in DETECTS_FORM:
+        # One process per form, each started with that form's factories.
+        for form in dict.fromkeys(sc.form for sc in forms):
+            status, reason, rss = run_server(name, [sc for sc in forms if sc.form == form],
+                                             cfg, res, False, form=form)
+            res.forms_status[form_label(form)] = (status, reason)
+            if rss:
+                res.forms_rss_peak_kib = max(rss, res.forms_rss_peak_kib or 0)
     if secure and name in TLS_SERVERS:
         if tls.unavailable:
             res.tls_status, res.tls_reason = "unavailable", tls.unavailable
@@ -656,18 +733,26 @@ def bench_server(name: str, scenarios: list[Scenario], cfg: RunConfig, want_stra
     return res
 
 
+def form_label(form: tuple[str, str]) -> str:
+    return " ".join(form)
+
+
 def run_server(name: str, scenarios: list[Scenario], cfg: RunConfig, res: ServerResult,
-               want_strace: bool, tls_dir: Path | None = None) -> tuple[str, str, int | None]:
-    """Start `name`, run `scenarios` against it (results into res.scenarios), stop it.
-    Returns its status (ok, unavailable or failed), the reason, and its peak RSS."""
+               want_strace: bool, tls_dir: Path | None = None,
+               form: tuple[str, str] = DEFAULT_FORM) -> tuple[str, str, int | None]:
+    """Start `name` (serving `form`, see server_command), run `scenarios` against it
+    (results into res.scenarios), stop it. Returns its status (ok, unavailable or
+    failed), the reason, and its peak RSS."""
     logs = BUILD / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     try:
         port = free_port()
-        cmd = server_command(name, port, cfg.baseline, tls_dir)
+        cmd = server_command(name, port, cfg.baseline, tls_dir, form)
     except Unavailable as exc:
         return "unavailable", str(exc), None
     stem = name if tls_dir is None else f"{name}-tls"
+    if form != DEFAULT_FORM:
+        stem += "-" + "-".join(form)
     out_path, err_path = logs / f"{stem}.out", logs / f"{stem}.err"
     with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f:
         proc = subprocess.Popen(
@@ -742,9 +827,10 @@ def cells(res: ServerResult, sc: Scenario) -> list[str]:
     return [fmt_rate(r["calls_per_s"]), fmt_us(r["latency_us"]["p50"]), p99]
 
 
-def render_table(results: list[ServerResult], scenarios: list[Scenario], tls: bool = False) -> str:
+def render_table(results: list[ServerResult], scenarios: list[Scenario], tls: bool = False,
+                 forms: bool = False) -> str:
     """The plaintext table, or with `tls` the TLS one (its servers, their TLS process's
-    RSS)."""
+    RSS), or with `forms` the other forms' one (its servers' RSS there)."""
     head1 = ["server"]
     head2 = [""]
     groups: list[int] = []
@@ -759,6 +845,10 @@ def render_table(results: list[ServerResult], scenarios: list[Scenario], tls: bo
     for res in results:
         status = res.tls_status if tls else res.status
         rss = res.tls_rss_peak_kib if tls else res.rss_peak_kib
+        if forms:
+            statuses = {st for st, _ in res.forms_status.values()}
+            status = "unavailable" if statuses == {"unavailable"} else "ok"
+            rss = res.forms_rss_peak_kib
         if tls and not status:
             continue
         if status == "unavailable" and not any(sc.name in res.scenarios for sc in scenarios):
@@ -769,8 +859,10 @@ def render_table(results: list[ServerResult], scenarios: list[Scenario], tls: bo
             row += cells(res, sc)
         row.append(f"{rss / 1024:.0f}" if rss else "-")
         rows.append(row)
-    table = [head1, head2] + [r for r in rows if len(r) > 2]
     ncol = len(head1)
+    # A group's label spans its columns, so it does not size the first of them.
+    labels = [head1[0]] + [""] * (ncol - 2) + [head1[-1]]
+    table = [labels, head2] + [r for r in rows if len(r) > 2]
     widths = [max(len(r[i]) for r in table if i < len(r)) for i in range(ncol)]
     # A group label wider than its columns widens the group's last column.
     col = 1
@@ -847,11 +939,36 @@ def tls_comparisons(results: list[ServerResult], scenarios: list[Scenario]) -> d
     return out
 
 
+def form_comparisons(results: list[ServerResult], scenarios: list[Scenario]) -> list[dict[str, Any]]:
+    """Ours / FORM_PEER calls/s in each other form that both ran, beside the framed
+    binary scenario with as many connections (FORM_REFERENCE), when that ran too."""
+    if not any(sc.other_form for sc in scenarios):
+        return []
+    by_name = {r.name: r for r in results}
+    ours, peer = by_name.get("nimbus"), by_name.get(FORM_PEER)
+    counts = {sc.connections for sc in scenarios if sc.other_form}
+    shown = [sc for sc in scenarios if not sc.tls and (
+        sc.other_form or sc.name in {FORM_REFERENCE.get(n) for n in counts})]
+    out = []
+    for sc in sorted(shown, key=lambda sc: (sc.connections, sc.other_form)):
+        mine = ours.scenarios.get(sc.name) if ours else None
+        theirs = peer.scenarios.get(sc.name) if peer else None
+        if not mine or not theirs or not mine["calls"] or not theirs["calls"]:
+            continue
+        out.append({"scenario": sc.name, "transport": sc.transport, "protocol": sc.protocol,
+                    "connections": sc.connections, "peer": FORM_PEER,
+                    "calls_per_s": round(mine["calls_per_s"] / theirs["calls_per_s"], 3),
+                    "p99": round(mine["latency_us"]["p99"] / theirs["latency_us"]["p99"], 3)
+                    if theirs["latency_us"]["p99"] else None})
+    return out
+
+
 def comparisons(results: list[ServerResult], scenarios: list[Scenario]) -> dict[str, Any]:
     by_name = {r.name: r for r in results}
     ours = by_name.get("nimbus")
     out: dict[str, Any] = {"vs_best_python_peer": {}, "p99_vs_java": None, "vs_baseline": {},
-                           "tls": tls_comparisons(results, scenarios)}
+                           "tls": tls_comparisons(results, scenarios),
+                           "forms": form_comparisons(results, scenarios)}
     if ours is None:
         return out
     base = by_name.get(BASELINE)
@@ -959,9 +1076,34 @@ def render_tls(results: list[ServerResult], scenarios: list[Scenario], comp: dic
     return lines
 
 
+def render_forms(results: list[ServerResult], scenarios: list[Scenario],
+                 comp: dict[str, Any]) -> list[str]:
+    """The other forms' section: their table, and ours / FORM_PEER per form."""
+    forms = [sc for sc in scenarios if sc.other_form]
+    lines = ["", "Other client forms (issue 17): ours detects each connection's form on its one "
+                 f"port (one process for every form); {FORM_PEER} runs one process per "
+                 "form, started with that form's transport and protocol factories.", ""]
+    shown = [r for r in results if r.forms_status]
+    if shown:
+        lines.append(render_table(shown, forms, forms=True))
+    else:
+        lines.append(f"  (neither nimbus nor {FORM_PEER} was run)")
+    skipped = [f"{res.name} ({NO_FORMS[res.name]})" for res in results if res.name in NO_FORMS]
+    if skipped:
+        lines.append("Not run in other forms: " + ", ".join(skipped) + ".")
+    if comp["forms"]:
+        lines += ["", f"nimbus / {FORM_PEER} by form, same transport and protocol "
+                      "(calls/s: higher is better; p99: lower is better):"]
+        for e in comp["forms"]:
+            head = f"{e['transport']} {e['protocol']}, {e['connections']} conns ({e['scenario']}):"
+            p99 = f", p99 {e['p99']:.2f}x" if e["p99"] else ""
+            lines.append(f"  {head:<44} calls/s {e['calls_per_s']:.2f}x{p99}")
+    return lines
+
+
 def render_report(results: list[ServerResult], scenarios: list[Scenario], cfg: RunConfig,
                   comp: dict[str, Any], tls: TLSSetup | None = None) -> str:
-    plain = [sc for sc in scenarios if not sc.tls]
+    plain = [sc for sc in scenarios if not sc.tls and not sc.other_form]
     lines = [
         f"Echo benchmark: closed loop, {cfg.duration:g} s measured after {cfg.warmup:g} s warm-up per scenario; "
         + (f"server on core {SERVER_CORE}, loadgen on core {LOADGEN_CORE}" if cfg.pin else "NOT pinned (fewer than 2 cores)")
@@ -972,7 +1114,9 @@ def render_report(results: list[ServerResult], scenarios: list[Scenario], cfg: R
     ]
     if plain:
         lines += ["", render_table(results, plain)]
-    if tls is not None and len(plain) < len(scenarios):
+    if any(sc.other_form for sc in scenarios):
+        lines += render_forms(results, scenarios, comp)
+    if tls is not None and any(sc.tls for sc in scenarios):
         lines += render_tls(results, scenarios, comp, tls)
     lines += [
         "",
@@ -1060,6 +1204,9 @@ def render_report(results: list[ServerResult], scenarios: list[Scenario], cfg: R
             errs.append(f"  {res.name}: failed: {res.reason}")
         if res.tls_status == "failed":
             errs.append(f"  {res.name} (TLS): failed: {res.tls_reason}")
+        for form, (status, reason) in res.forms_status.items():
+            if status == "failed" and res.name not in DETECTS_FORM:
+                errs.append(f"  {res.name} ({form}): failed: {reason}")
     if errs:
         lines += ["", "ERRORS:"] + errs
     for res in results:
@@ -1067,6 +1214,9 @@ def render_report(results: list[ServerResult], scenarios: list[Scenario], cfg: R
             lines.append(f"{res.name}: unavailable ({res.reason})")
         if res.tls_status == "unavailable":
             lines.append(f"{res.name} (TLS): unavailable ({res.tls_reason})")
+        for form, (status, reason) in res.forms_status.items():
+            if status == "unavailable" and res.name not in DETECTS_FORM:
+                lines.append(f"{res.name} ({form}): unavailable ({reason})")
     traced = [r for r in results if r.strace]
     if traced:
         lines += ["", f"Syscalls per call under strace -c -f ({SCENARIOS[STRACE_SCENARIO].label}; "
@@ -1084,6 +1234,15 @@ def render_report(results: list[ServerResult], scenarios: list[Scenario], cfg: R
 # --------------------------------------------------------------------------- CLI
 
 
+def runs_on(name: str, sc: Scenario) -> bool:
+    """Whether scenario `sc` is run for server `name`."""
+    if sc.tls:
+        return name in TLS_SERVERS
+    if sc.other_form:
+        return name in FORM_SERVERS
+    return True
+
+
 def csv_choice(allowed: tuple[str, ...] | list[str], what: str) -> Callable[[str], list[str]]:
     def parse(text: str) -> list[str]:
         names = [n.strip() for n in text.split(",") if n.strip()]
@@ -1099,7 +1258,8 @@ def csv_choice(allowed: tuple[str, ...] | list[str], what: str) -> Callable[[str
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Benchmark nimbus-thrift against other Thrift servers (echo, framed, binary).",
+        description="Benchmark nimbus-thrift against other Thrift servers (echo, framed, binary; "
+                    "--forms: compact and unframed too).",
     )
     parser.add_argument("--duration", type=float, default=5.0, help="measured seconds per scenario (default 5)")
     parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each (default 1)")
@@ -1111,6 +1271,9 @@ def main(argv: list[str] | None = None) -> int:
                              f"(default {','.join(DEFAULT_SCENARIOS)})")
     parser.add_argument("--tls", action="store_true",
                         help=f"add the TLS scenarios ({','.join(TLS_SCENARIOS)}) to --scenarios")
+    parser.add_argument("--forms", action="store_true",
+                        help=f"add the other client forms' scenarios ({','.join(FORM_SCENARIOS)}: "
+                             "compact protocol, unframed transport) to --scenarios")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     parser.add_argument("--strace", action="store_true",
                         help=f"also run {STRACE_SCENARIO} under `strace -c -f` and print syscalls per call")
@@ -1137,7 +1300,8 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, {LOADGEN_CORE})
     else:
         log(f"cores {sorted(cores)} do not include {SERVER_CORE} and {LOADGEN_CORE}; running unpinned")
-    chosen = args.scenarios + [n for n in TLS_SCENARIOS if args.tls and n not in args.scenarios]
+    chosen = (args.scenarios + [n for n in TLS_SCENARIOS if args.tls]
+              + [n for n in FORM_SCENARIOS if args.forms])
     scenarios = [SCENARIOS[n] for n in SCENARIOS if n in chosen]
     tls = tls_setup() if any(sc.tls for sc in scenarios) else None
     if tls is not None and tls.unavailable:
@@ -1151,11 +1315,12 @@ def main(argv: list[str] | None = None) -> int:
     names = [s for s in SERVERS if s in args.servers]
     if args.baseline is not None:
         names.insert(names.index("nimbus") if "nimbus" in names else 0, BASELINE)
-    only_tls = all(sc.tls for sc in scenarios)
     for name in names:
-        if only_tls and name not in TLS_SERVERS:
-            # Nothing to run for it; the report says it has no TLS mode here.
-            results.append(ServerResult(name, status="not run", reason=NO_TLS.get(name, "")))
+        if not any(runs_on(name, sc) for sc in scenarios):
+            # Nothing to run for it; the report says it has no TLS mode (or other forms)
+            # here.
+            results.append(ServerResult(name, status="not run",
+                                        reason=NO_TLS.get(name, NO_FORMS.get(name, ""))))
             continue
         log(f"{name}: starting")
         res = bench_server(name, scenarios, cfg, args.strace, tls or TLSSetup())
@@ -1163,6 +1328,9 @@ def main(argv: list[str] | None = None) -> int:
             log(f"{name}: {res.status} ({res.reason})")
         if res.tls_status not in ("", "ok"):
             log(f"{name} (TLS): {res.tls_status} ({res.tls_reason})")
+        for form, (status, reason) in res.forms_status.items():
+            if status != "ok" and name not in DETECTS_FORM:
+                log(f"{name} ({form}): {status} ({reason})")
         results.append(res)
     comp = comparisons(results, scenarios)
 
@@ -1178,7 +1346,8 @@ def main(argv: list[str] | None = None) -> int:
                 "allocator_env": ALLOCATOR_ENV if cfg.tuned_malloc else None,
                 "baseline": str(cfg.baseline) if cfg.baseline else None,
                 "scenarios": {s.name: {"connections": s.connections, "payload_bytes": s.payload,
-                                       "tls": s.tls, "handshakes": s.handshakes}
+                                       "tls": s.tls, "handshakes": s.handshakes,
+                                       "transport": s.transport, "protocol": s.protocol}
                               for s in scenarios},
                 "tls": None if tls is None else {
                     "certs": str(tls.certs) if tls.certs else None,

@@ -33,6 +33,25 @@
  * (it carries the seqid) and an args body shared by all connections (the
  * payload may be 1 MiB and there may be hundreds of connections).
  *
+ * Other forms (--protocol compact, --transport unframed; the defaults above
+ * are unchanged): the same call in TCompactProtocol and/or without the frame
+ * length. Compact's message header is
+ *
+ *   0x82  (type << 5) | 1  varint seqid  varint 4  "echo"
+ *
+ * (CALL 0x21, REPLY 0x41, EXCEPTION 0x61; varints are unsigned base-128,
+ * least significant group first). The args are 0x18 (field delta 1, type
+ * BINARY 8), varint P, payload, 0x00; the result is 0x08 0x00 (long form:
+ * type 8, then field id 0 as a zigzag varint), varint P, payload, 0x00.
+ * Either way the whole reply is known in advance: each connection keeps the
+ * bytes it expects (its header, with its seqid, plus a result body shared by
+ * all). Framed replies are read by their frame length and then compared;
+ * unframed ones carry no length, so exactly the expected reply's length is
+ * read and each byte compared as it arrives: a reply that differs (an
+ * EXCEPTION, another seqid) is an error at the first byte that differs, and
+ * the connection is reopened, since the end of an unexpected unframed reply
+ * cannot be found without decoding it.
+ *
  * Only calls that complete inside [start + warmup, start + warmup + duration)
  * count. Latencies are kept one per call (4 bytes each) and sorted at the end,
  * so the percentiles are exact rather than bucketed.
@@ -66,6 +85,7 @@
  *        gcc -O2 -Wall -Wextra -DLOADGEN_TLS -o loadgen loadgen.c -lssl -lcrypto
  * Usage: loadgen --port P [--host 127.0.0.1] [--connections N]
  *                [--payload BYTES] [--duration S] [--warmup S]
+ *                [--protocol binary|compact] [--transport framed|unframed]
  *                [--tls-ca FILE [--tls-cert FILE --tls-key FILE] [--handshakes]]
  *        loadgen --features        one JSON line: {"tls":true|false,...}
  */
@@ -93,7 +113,10 @@
 #include <openssl/x509v3.h>
 #endif
 
-#define HEAD_LEN 20           /* frame length .. seqid */
+#define HEAD_LEN 20           /* frame length .. seqid, framed binary */
+/* The longest message header of any form: framed binary's. Compact's is at
+ * most 4 + 2 + 5 (seqid varint) + 1 + 4 = 16. */
+#define HEAD_MAX 20
 #define ARGS_FIXED_LEN 8      /* field header (3) + string length (4) + stop (1) */
 #define VERSION_1 0x80010000u
 #define VERSION_MASK 0xffff0000u
@@ -101,6 +124,9 @@
 #define MSG_REPLY 2
 #define MSG_EXCEPTION 3
 #define T_STRING 11
+#define COMPACT_ID 0x82
+#define COMPACT_VERSION 1
+#define COMPACT_BINARY 8      /* compact's type for STRING and BINARY */
 /* Thrift's default maximum frame size: the largest request we build, and the
  * largest reply we buffer when it is not the size we expect (an exception
  * carries a message of its own length). */
@@ -127,7 +153,12 @@ struct conn {
     int fd;
     int index;
     enum conn_state state;
-    uint8_t head[HEAD_LEN];
+    uint8_t head[HEAD_MAX]; /* the request's bytes before the shared args body */
+    size_t head_len;
+    size_t req_len;     /* head_len + g_body_len */
+    uint8_t rhead[HEAD_MAX]; /* the expected reply's bytes before g_rbody */
+    size_t rhead_len;
+    size_t reply_len;   /* rhead_len + g_rbody_len */
     size_t sent;        /* bytes of the request written so far */
     uint8_t *rbuf;      /* reply buffer, at least one request long */
     size_t rcap;
@@ -154,7 +185,11 @@ static struct sockaddr_in g_addr;
 static int g_epfd = -1;
 static uint8_t *g_body;     /* args struct + stop, shared by all connections */
 static size_t g_body_len;
-static size_t g_req_len;    /* HEAD_LEN + g_body_len */
+static size_t g_req_len;    /* HEAD_LEN + g_body_len (framed binary) */
+static uint8_t *g_rbody;    /* the expected result struct + stop (other forms) */
+static size_t g_rbody_len;
+static int g_compact;       /* --protocol compact */
+static int g_unframed;      /* --transport unframed */
 static size_t g_payload;
 static int g_alive;         /* connections not retired */
 static int g_tls;           /* --tls-ca given */
@@ -317,16 +352,16 @@ static int pump_send(struct conn *c, struct stats *st)
 {
     if (g_tls)
         return pump_send_tls(c, st);
-    while (c->sent < g_req_len) {
+    while (c->sent < c->req_len) {
         struct iovec iov[2];
         int n = 0;
-        if (c->sent < HEAD_LEN) {
+        if (c->sent < c->head_len) {
             iov[n].iov_base = c->head + c->sent;
-            iov[n++].iov_len = HEAD_LEN - c->sent;
+            iov[n++].iov_len = c->head_len - c->sent;
             iov[n].iov_base = g_body;
             iov[n++].iov_len = g_body_len;
         } else {
-            size_t off = c->sent - HEAD_LEN;
+            size_t off = c->sent - c->head_len;
             iov[n].iov_base = g_body + off;
             iov[n++].iov_len = g_body_len - off;
         }
@@ -360,10 +395,86 @@ static void start_request(struct conn *c, struct stats *st, uint64_t t)
 
 static ssize_t read_some(struct conn *c, struct stats *st, void *buf, size_t want);
 
+/* Whether p[0..len) are the expected reply's bytes [off, off + len). */
+static int expected_at(const struct conn *c, size_t off, const uint8_t *p, size_t len)
+{
+    if (off < c->rhead_len) {
+        size_t k = c->rhead_len - off < len ? c->rhead_len - off : len;
+        if (memcmp(p, c->rhead + off, k) != 0)
+            return 0;
+        p += k;
+        off += k;
+        len -= k;
+    }
+    return len == 0 || memcmp(p, g_rbody + (off - c->rhead_len), len) == 0;
+}
+
+/* A compact varint32 at b[*off..n). Returns 1 (read; *off moved past it), 0 when
+ * it runs past n, -1 when it is longer than 5 bytes. */
+static int read_varint(const uint8_t *b, size_t n, size_t *off, uint32_t *out)
+{
+    uint32_t v = 0;
+    for (unsigned shift = 0; shift < 35; shift += 7) {
+        if (*off >= n)
+            return 0;
+        uint8_t byte = b[(*off)++];
+        v |= (uint32_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80)) {
+            *out = v;
+            return 1;
+        }
+    }
+    return -1;
+}
+
+static size_t put_varint(uint8_t *p, uint32_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        p[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    p[n++] = (uint8_t)v;
+    return n;
+}
+
+static int classify_reply(struct conn *c, struct stats *st, const uint8_t *m, size_t n,
+                          int whole);
+
+/* Unframed: reads no more than what is left of the expected reply (one call
+ * outstanding: nothing else can follow it), comparing each read as it comes.
+ * Returns 1 when the whole reply is in and matched, 0 when more is needed, -1
+ * on error (recorded). */
+static int pump_recv_unframed(struct conn *c, struct stats *st)
+{
+    for (;;) {
+        ssize_t r = read_some(c, st, c->rbuf + c->rlen, c->reply_len - c->rlen);
+        if (r == -2)
+            return 0;     /* would block */
+        if (r < 0)
+            return -1;    /* recorded */
+        if (r == 0) {
+            record_error(st, E_EOF, c,
+                         c->rlen ? "connection closed inside a reply" : "connection closed");
+            return -1;
+        }
+        int same = expected_at(c, c->rlen, c->rbuf + c->rlen, (size_t)r);
+        c->rlen += (size_t)r;
+        if (!same) {
+            classify_reply(c, st, c->rbuf, c->rlen, 0);
+            return -1;
+        }
+        if (c->rlen == c->reply_len)
+            return 1;
+    }
+}
+
 /* Reads what is there. Returns 1 when a whole reply frame is in rbuf, 0 when
  * more is needed, -1 on error (recorded). */
 static int pump_recv(struct conn *c, struct stats *st)
 {
+    if (g_unframed)
+        return pump_recv_unframed(c, st);
     for (;;) {
         size_t want;
         if (c->rlen < 4) {
@@ -428,12 +539,108 @@ static void exception_message(const uint8_t *b, size_t n, size_t off, char *out,
     snprintf(out, outn, "EXCEPTION reply: %.*s", (int)k, (const char *)b + off + 7);
 }
 
+/* The same for compact (field 1, BINARY, varint length). */
+static void compact_exception_message(const uint8_t *b, size_t n, size_t off, char *out,
+                                      size_t outn)
+{
+    snprintf(out, outn, "EXCEPTION reply");
+    uint32_t len;
+    if (off >= n || b[off] != (0x10 | COMPACT_BINARY))
+        return;
+    off++;
+    if (read_varint(b, n, &off, &len) != 1 || len > n - off)
+        return;
+    size_t k = len < outn - 20 ? len : outn - 20;
+    snprintf(out, outn, "EXCEPTION reply: %.*s", (int)k, (const char *)b + off);
+}
+
 /* Checks a complete reply against the request. Returns REPLY_OK, or
  * REPLY_EXCEPTION (recorded; the connection is still in step, as an exception
  * is a whole reply), or REPLY_BROKEN (recorded; the connection is not to be
  * trusted any more). */
 enum { REPLY_OK, REPLY_EXCEPTION, REPLY_BROKEN };
+
+/* A reply (other forms) that is not the expected bytes: records why, from as
+ * much of its message header as m[0..n) holds. `whole`: m is the complete
+ * message (framed), so an EXCEPTION reply to this call leaves the connection
+ * in step. */
+static int classify_reply(struct conn *c, struct stats *st, const uint8_t *m, size_t n,
+                          int whole)
+{
+    int have_type = 0, have_head = 0, name_echo = 0;
+    unsigned type = 0;
+    uint32_t seqid = 0, name_len = 0;
+    size_t fields = n;
+    if (g_compact) {
+        if ((n >= 1 && m[0] != COMPACT_ID) || (n >= 2 && (m[1] & 0x1f) != COMPACT_VERSION)) {
+            record_error(st, E_BAD_REPLY, c, "not a compact-protocol message");
+            return REPLY_BROKEN;
+        }
+        size_t off = 2;
+        if (n >= 2) {
+            have_type = 1;
+            type = m[1] >> 5;
+            if (read_varint(m, n, &off, &seqid) == 1 && read_varint(m, n, &off, &name_len) == 1 &&
+                name_len <= n - off) {
+                have_head = 1;
+                name_echo = name_len == 4 && memcmp(m + off, "echo", 4) == 0;
+                fields = off + name_len;
+            }
+        }
+    } else if (n >= 4) {
+        uint32_t ver = get_u32(m);
+        if ((ver & VERSION_MASK) != VERSION_1) {
+            record_error(st, E_BAD_REPLY, c, "not a strict binary-protocol message");
+            return REPLY_BROKEN;
+        }
+        have_type = 1;
+        type = ver & 0xffu;
+        if (n >= 8) {
+            name_len = get_u32(m + 4);
+            if (name_len <= n - 8 && n - 8 - name_len >= 4) {
+                have_head = 1;
+                name_echo = name_len == 4 && memcmp(m + 8, "echo", 4) == 0;
+                seqid = get_u32(m + 8 + name_len);
+                fields = 12 + (size_t)name_len;
+            }
+        }
+    }
+    int ours = have_head && name_echo && seqid == (uint32_t)(c->index + 1);
+    if (have_type && type == MSG_EXCEPTION) {
+        char msg[160];
+        if (g_compact)
+            compact_exception_message(m, n, ours ? fields : n, msg, sizeof msg);
+        else
+            exception_message(m, n, ours ? fields : n, msg, sizeof msg);
+        record_error(st, E_EXCEPTION, c, msg);
+        return whole && ours ? REPLY_EXCEPTION : REPLY_BROKEN;
+    }
+    if (have_head && !name_echo)
+        record_error(st, E_BAD_REPLY, c, "reply names another method");
+    else if (have_head && !ours)
+        record_error(st, E_BAD_REPLY, c, "reply has another seqid");
+    else if (have_type && type != MSG_REPLY)
+        record_error(st, E_BAD_REPLY, c, "message type is not REPLY");
+    else
+        record_error(st, E_BAD_REPLY, c, "reply is not the echoed string");
+    return REPLY_BROKEN;
+}
+
+static int verify_binary_frame(struct conn *c, struct stats *st);
+
 static int verify_reply(struct conn *c, struct stats *st)
+{
+    if (g_unframed)
+        return REPLY_OK; /* pump_recv_unframed compared every byte as it came */
+    if (!g_compact)
+        return verify_binary_frame(c, st);
+    if (c->rlen == c->reply_len && expected_at(c, 0, c->rbuf, c->rlen))
+        return REPLY_OK;
+    return classify_reply(c, st, c->rbuf + 4, c->rlen - 4, 1);
+}
+
+/* Framed binary, the default form: checked field by field. */
+static int verify_binary_frame(struct conn *c, struct stats *st)
 {
     const uint8_t *b = c->rbuf;
     size_t n = c->rlen;
@@ -569,9 +776,9 @@ static ssize_t read_some(struct conn *c, struct stats *st, void *buf, size_t wan
 static int pump_send_tls(struct conn *c, struct stats *st)
 {
 #ifdef LOADGEN_TLS
-    while (c->sent < g_req_len) {
+    while (c->sent < c->req_len) {
         size_t wrote = 0;
-        int r = SSL_write_ex(c->ssl, c->req + c->sent, g_req_len - c->sent, &wrote);
+        int r = SSL_write_ex(c->ssl, c->req + c->sent, c->req_len - c->sent, &wrote);
         if (r > 0) {
             c->sent += wrote;
             continue;
@@ -841,11 +1048,80 @@ static void json_string(const char *s)
     putchar('"');
 }
 
+/* The other forms' args and expected result bodies (framed binary's args are
+ * g_body as built in main; binary's args are kept for unframed binary). */
+static void build_other_bodies(void)
+{
+    const uint8_t *payload = g_body + 7;
+    uint8_t len[5];
+    size_t len_n = put_varint(len, (uint32_t)g_payload);
+    if (g_compact) {
+        /* args: 0x18 varint P payload 0x00 */
+        uint8_t *body = xmalloc(1 + len_n + g_payload + 1);
+        size_t k = 0;
+        body[k++] = 0x10 | COMPACT_BINARY;
+        memcpy(body + k, len, len_n);
+        k += len_n;
+        memcpy(body + k, payload, g_payload);
+        k += g_payload;
+        body[k++] = 0;
+        free(g_body);
+        g_body = body;
+        g_body_len = k;
+        payload = g_body + 1 + len_n;
+        /* result: 0x08 0x00 varint P payload 0x00 */
+        g_rbody = xmalloc(2 + len_n + g_payload + 1);
+        k = 0;
+        g_rbody[k++] = COMPACT_BINARY;
+        g_rbody[k++] = 0; /* field id 0, zigzag */
+        memcpy(g_rbody + k, len, len_n);
+        k += len_n;
+        memcpy(g_rbody + k, payload, g_payload);
+        k += g_payload;
+        g_rbody[k++] = 0;
+        g_rbody_len = k;
+    } else {
+        /* Binary: the result is the args with field id 0 instead of 1. */
+        g_rbody = xmalloc(g_body_len);
+        memcpy(g_rbody, g_body, g_body_len);
+        g_rbody[2] = 0;
+        g_rbody_len = g_body_len;
+    }
+}
+
+/* The bytes of a message of the other forms before its struct (`body_len`
+ * bytes): the frame length when framed, then the message header. Returns
+ * their count (at most HEAD_MAX). */
+static size_t other_head(uint8_t *out, unsigned type, uint32_t seqid, size_t body_len)
+{
+    size_t k = g_unframed ? 0 : 4;
+    if (g_compact) {
+        out[k++] = COMPACT_ID;
+        out[k++] = (uint8_t)((type << 5) | COMPACT_VERSION);
+        k += put_varint(out + k, seqid);
+        k += put_varint(out + k, 4);
+    } else {
+        put_u32(out + k, VERSION_1 | type);
+        put_u32(out + k + 4, 4);
+        k += 8;
+    }
+    memcpy(out + k, "echo", 4);
+    k += 4;
+    if (!g_compact) {
+        put_u32(out + k, seqid);
+        k += 4;
+    }
+    if (!g_unframed)
+        put_u32(out, (uint32_t)(k - 4 + body_len));
+    return k;
+}
+
 static void usage(void)
 {
     fprintf(stderr,
             "usage: loadgen --port P [--host 127.0.0.1] [--connections N] [--payload BYTES]\n"
             "               [--duration SECONDS] [--warmup SECONDS]\n"
+            "               [--protocol binary|compact] [--transport framed|unframed]\n"
             "               [--tls-ca FILE [--tls-cert FILE --tls-key FILE] [--handshakes]]\n"
             "       loadgen --features\n");
     exit(64);
@@ -870,7 +1146,8 @@ int main(int argc, char **argv)
     const char *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL;
     long port = -1, nconn = 1, payload = 16;
     double duration = 5.0, warmup = 1.0;
-    enum { O_TLS_CA = 256, O_TLS_CERT, O_TLS_KEY, O_HANDSHAKES, O_FEATURES };
+    enum { O_TLS_CA = 256, O_TLS_CERT, O_TLS_KEY, O_HANDSHAKES, O_FEATURES, O_PROTOCOL,
+           O_TRANSPORT };
     static const struct option opts[] = {
         {"host", required_argument, 0, 'h'},
         {"port", required_argument, 0, 'p'},
@@ -883,6 +1160,8 @@ int main(int argc, char **argv)
         {"tls-key", required_argument, 0, O_TLS_KEY},
         {"handshakes", no_argument, 0, O_HANDSHAKES},
         {"features", no_argument, 0, O_FEATURES},
+        {"protocol", required_argument, 0, O_PROTOCOL},
+        {"transport", required_argument, 0, O_TRANSPORT},
         {0, 0, 0, 0},
     };
     int opt;
@@ -899,6 +1178,21 @@ int main(int argc, char **argv)
         case O_TLS_KEY: tls_key = optarg; break;
         case O_HANDSHAKES: g_handshakes = 1; break;
         case O_FEATURES: return print_features();
+        case O_PROTOCOL:
+            if (strcmp(optarg, "binary") != 0 && strcmp(optarg, "compact") != 0) {
+                fprintf(stderr, "loadgen: --protocol must be binary or compact, not %s\n", optarg);
+                return 64;
+            }
+            g_compact = strcmp(optarg, "compact") == 0;
+            break;
+        case O_TRANSPORT:
+            if (strcmp(optarg, "framed") != 0 && strcmp(optarg, "unframed") != 0) {
+                fprintf(stderr, "loadgen: --transport must be framed or unframed, not %s\n",
+                        optarg);
+                return 64;
+            }
+            g_unframed = strcmp(optarg, "unframed") == 0;
+            break;
         default: usage();
         }
     }
@@ -952,6 +1246,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < g_payload; i++)
         g_body[7 + i] = (uint8_t)('a' + i % 26);
     g_body[7 + g_payload] = 0;
+    if (g_compact || g_unframed)
+        build_other_bodies();
 
     g_epfd = epoll_create1(EPOLL_CLOEXEC);
     if (g_epfd < 0)
@@ -968,18 +1264,28 @@ int main(int argc, char **argv)
         c->index = i;
         c->fd = -1;
         c->state = C_DEAD;
-        put_u32(c->head, (uint32_t)(g_req_len - 4));
-        put_u32(c->head + 4, VERSION_1 | MSG_CALL);
-        put_u32(c->head + 8, 4);
-        memcpy(c->head + 12, "echo", 4);
-        put_u32(c->head + 16, (uint32_t)(i + 1));
-        c->rcap = g_req_len;
+        if (g_compact || g_unframed) {
+            c->head_len = other_head(c->head, MSG_CALL, (uint32_t)(i + 1), g_body_len);
+            c->rhead_len = other_head(c->rhead, MSG_REPLY, (uint32_t)(i + 1), g_rbody_len);
+            c->req_len = c->head_len + g_body_len;
+            c->reply_len = c->rhead_len + g_rbody_len;
+        } else {
+            put_u32(c->head, (uint32_t)(g_req_len - 4));
+            put_u32(c->head + 4, VERSION_1 | MSG_CALL);
+            put_u32(c->head + 8, 4);
+            memcpy(c->head + 12, "echo", 4);
+            put_u32(c->head + 16, (uint32_t)(i + 1));
+            c->head_len = HEAD_LEN;
+            c->req_len = g_req_len;
+            c->reply_len = g_req_len; /* verify_binary_frame checks the reply field by field */
+        }
+        c->rcap = c->reply_len;
         c->rbuf = xmalloc(c->rcap);
 #ifdef LOADGEN_TLS
         if (g_tls) {
-            c->req = xmalloc(g_req_len);
-            memcpy(c->req, c->head, HEAD_LEN);
-            memcpy(c->req + HEAD_LEN, g_body, g_body_len);
+            c->req = xmalloc(c->req_len);
+            memcpy(c->req, c->head, c->head_len);
+            memcpy(c->req + c->head_len, g_body, g_body_len);
         }
 #endif
         if (g_handshakes)
@@ -1136,9 +1442,11 @@ int main(int argc, char **argv)
     printf("},\"first_error\":");
     json_string(st.first_error);
     printf(",\"connections_alive\":%d,\"setup_s\":%.3f,\"cpu_user_s\":%.3f,\"cpu_sys_s\":%.3f,"
-           "\"wall_s\":%.3f,\"cpu_util\":%.3f,\"mode\":\"%s\",\"handshakes_per_s\":",
+           "\"wall_s\":%.3f,\"cpu_util\":%.3f,\"mode\":\"%s\",\"protocol\":\"%s\","
+           "\"transport\":\"%s\",\"handshakes_per_s\":",
            g_alive, setup_s, user, sys, wall, wall > 0 ? (user + sys) / wall : 0.0,
-           g_handshakes ? "handshakes" : "calls");
+           g_handshakes ? "handshakes" : "calls", g_compact ? "compact" : "binary",
+           g_unframed ? "unframed" : "framed");
     /* Each cycle is one full handshake and one call. */
     if (g_handshakes)
         printf("%.1f", (double)st.n / duration);
@@ -1167,6 +1475,7 @@ int main(int argc, char **argv)
     }
     free(conns);
     free(g_body);
+    free(g_rbody);
     free(st.lat_us);
     close(g_epfd);
 #ifdef LOADGEN_TLS
