@@ -169,9 +169,10 @@ _HTTP_METHODS = (b"GET ", b"POST", b"PUT ", b"HEAD", b"DELE", b"OPTI", b"PATC", 
 
 
 def classify_prefix(first4: bytes) -> str | None:
-    """Name the protocol whose first four bytes these are, if it is not framed Thrift."""
+    """Name the protocol whose first four bytes these are, if it is not Thrift in a
+    form this server reads."""
     if first4 in _HTTP_METHODS:
-        return "an HTTP request (this port speaks framed Thrift, not HTTP)"
+        return "an HTTP request (this port speaks Thrift, not HTTP)"
     if first4[0] == 0x16 and first4[1] == 0x03:
         return "a TLS handshake (this port speaks plain TCP)"
     word = _LENGTH.unpack(first4)[0]

@@ -68,12 +68,12 @@ class PeerShareError(FrameSizeError):
 
 
 class NotThriftError(WireError):
-    """The first bytes look like another protocol (HTTP, TLS, unframed Thrift, ...)."""
+    """The first bytes look like another protocol (HTTP, TLS, SASL, ...)."""
 
     def __init__(self, kind: str, first_bytes: bytes) -> None:
         self.kind = kind
         self.first_bytes = first_bytes
-        super().__init__(f"not framed Thrift: {kind} (first bytes {first_bytes.hex()})")
+        super().__init__(f"not Thrift: {kind} (first bytes {first_bytes.hex()})")
 
 
 class BadVersionError(WireError):
