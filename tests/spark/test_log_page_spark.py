@@ -124,6 +124,15 @@ def test_page_info_log_levels_and_sampling_of_a_running_word_count(
     set_at = time.time()
     wait_until("DEBUG lines of logwc.split in the topology's log",
                lambda: lines(log, MARKER), timeout=RESET_SECS)
+    # The JVM's level follows a moment after the Python workers' (the driver polls the
+    # settings twice a second, and lines already written may still be in the pipe):
+    # wait for Spark's INFO lines to stop, then check that they stay stopped.
+    def info_lines_stopped() -> bool:
+        before = spark_info_lines(log)
+        time.sleep(1.5)
+        return spark_info_lines(log) == before
+    wait_until("Spark's INFO lines to stop at ROOT=ERROR", info_lines_stopped,
+               timeout=RESET_SECS / 2)
     quiet = spark_info_lines(log)
     time.sleep(3)                   # a few batches, which Spark reports at INFO
     assert spark_info_lines(log) == quiet, "Spark's INFO lines went on at ROOT=ERROR"
