@@ -16,8 +16,8 @@ from typing import Any, Iterator
 import pytest
 
 from support.nimbus import (FakeLauncher, N, audit_events, make_test_pki, make_zip,
-                            port_of, wordcount)
-from support.rawthrift import connect, frame, message, roundtrip
+                            tcp, unix, wordcount)
+from support.rawthrift import frame, message, roundtrip
 from nimbus_thrift.nimbus import DaemonError, NimbusDaemon, load_config
 from nimbus_thrift.nimbus import daemon as daemon_module
 
@@ -43,19 +43,6 @@ def daemons(tmp_path: Path) -> Iterator[Any]:
     yield make
     for daemon in started:
         daemon.stop(grace=5.0)
-
-
-def unix(daemon: NimbusDaemon) -> socket.socket:
-    path = daemon.config.unix_socket_path()
-    assert path is not None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(10)
-    sock.connect(str(path))
-    return sock
-
-
-def tcp(daemon: NimbusDaemon) -> socket.socket:
-    return connect(("127.0.0.1", port_of(daemon)), timeout=10)
 
 
 def rpc(sock: socket.socket, method: str, **kwargs: Any) -> Any:

@@ -13,8 +13,9 @@ from typing import Any, Iterator
 import pytest
 from thriftpy2.thrift import TApplicationException
 
-from support.nimbus import FakeLauncher, N, audit_events, make_zip, port_of, wordcount
-from support.rawthrift import connect, frame, message, roundtrip
+from support.nimbus import (FakeLauncher, N, audit_events, make_zip, tcp, unix,
+                           wordcount)
+from support.rawthrift import frame, message, roundtrip
 from nimbus_thrift.nimbus import NimbusDaemon, load_config
 
 ME = pwd.getpwuid(os.geteuid()).pw_name
@@ -35,19 +36,6 @@ def daemons(tmp_path: Path) -> Iterator[Any]:
     yield make
     for daemon in started:
         daemon.stop(grace=5.0)
-
-
-def unix(daemon: NimbusDaemon) -> socket.socket:
-    path = daemon.config.unix_socket_path()
-    assert path is not None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(10)
-    sock.connect(str(path))
-    return sock
-
-
-def tcp(daemon: NimbusDaemon) -> socket.socket:
-    return connect(("127.0.0.1", port_of(daemon)), timeout=10)
 
 
 def send(sock: socket.socket, method: str, **kwargs: Any) -> Any:

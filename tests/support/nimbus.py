@@ -4,6 +4,7 @@ recording fake launcher (fakes live here, in the tests, never in the product).""
 from __future__ import annotations
 
 import io
+import socket
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -14,6 +15,8 @@ from typing import Any, Callable
 from nimbus_thrift.nimbus import NimbusDaemon, nimbus_idl
 from nimbus_thrift.nimbus.launcher import ComponentStats, LaunchSpec, RunStatus, WorkerNode
 from nimbus_thrift.rpc.context import REQUEST
+
+from support.rawthrift import connect
 
 N = nimbus_idl()
 
@@ -170,6 +173,22 @@ def port_of(daemon: NimbusDaemon) -> int:
     """The port an in-process daemon started on port 0 listens on."""
     assert daemon.handler is not None
     return daemon.handler.address[1]
+
+
+def unix(daemon: NimbusDaemon) -> socket.socket:
+    """A connection to the daemon's Unix socket (its caller is this OS user)."""
+    path = daemon.config.unix_socket_path()
+    assert path is not None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(str(path))
+    return sock
+
+
+def tcp(daemon: NimbusDaemon) -> socket.socket:
+    """A plain TCP connection to the daemon on loopback (its caller is anonymous)."""
+    return connect(("127.0.0.1", port_of(daemon)), timeout=10)
+
 
 
 class BlockingLauncher(FakeLauncher):
