@@ -42,8 +42,7 @@ from .deadlines import ParkTimeoutError
 from .dispatch import Dispatcher, Reply, Status
 from .errors import AppErrorCode, FrameSizeError, NotThriftError, OverloadedError
 from .fastio import poll, recv_frame, recv_into, sendmsg
-from .forms import Message
-from .inline import SLOW_SECS, InlineWatch, message_key, method_key, thread_runnable
+from .inline import SLOW_SECS, InlineWatch, request_key, thread_runnable
 from .memory import MemoryBudget
 from .metrics import ServerState
 from .options import ServerOptions
@@ -455,11 +454,10 @@ class Selector(Lifetime):
         if inline_keys:
             queued = []
             for conn, frame in tasks:
-                key = method_key(frame)
-                if key is None and type(frame) is Message:      # another form
-                    key = message_key(frame)
+                key = request_key(frame)
                 if key in inline_keys:
                     inline.append((conn, frame, key))
+                    conn.share.busy += 1
                 else:
                     queued.append((conn, frame))
             tasks = queued
@@ -480,8 +478,6 @@ class Selector(Lifetime):
         for conn, frame in over:
             self._overloaded(conn, frame, now, batch)
         if inline:
-            for item in inline:
-                item[0].share.busy += 1
             self._state.requests_submitted += len(inline)
             self._run_inline(inline, now, batch)
 
