@@ -263,8 +263,9 @@ class NimbusDaemon:
                 # Every call stays on the worker pool: the handler takes locks, writes
                 # the audit log and reads SQLite, so no method is reliably fast, and
                 # the daemon's calls are few enough that the hand-off costs nothing
-                # anyone would notice (rpc/inline.py).
-                inline_calls=False, **transport)
+                # anyone would notice (rpc/inline.py). Per-method figures feed the
+                # HTTP side's /metrics (rpc/methodstats.py).
+                inline_calls=False, method_metrics=True, **transport)
             try:
                 address = self.server.start()
             except OSError as exc:

@@ -32,6 +32,7 @@ import enum
 import operator
 import re
 from dataclasses import dataclass
+from time import perf_counter
 from types import ModuleType
 from typing import Any, Callable
 
@@ -44,6 +45,7 @@ from .decoded import DECODED_SIZE_FLOOR
 from .errors import (AppErrorCode, DecodeBudgetError, DecodeError, InvalidMessageTypeError,
                      RequestError, UnknownMethodError, WireError)
 from .forms import FRAMED_BINARY, Form, Message
+from .methodstats import MethodStats
 from .options import DEFAULT_DECODED_SIZE_FACTOR, DEFAULT_MAX_FRAME_SIZE
 
 log = structlog.get_logger(__name__)
@@ -236,7 +238,8 @@ class Dispatcher:
                  decoded_size_factor: float = DEFAULT_DECODED_SIZE_FACTOR,
                  transports: tuple[str, ...] = forms.TRANSPORTS,
                  protocols: tuple[str, ...] = forms.PROTOCOLS,
-                 max_message_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+                 max_message_size: int = DEFAULT_MAX_FRAME_SIZE,
+                 method_metrics: bool = False) -> None:
         self.strict_read = strict_read
         self.transports = tuple(transports)
         self.protocols = tuple(protocols)
@@ -269,6 +272,19 @@ class Dispatcher:
         #: handler (a name with the separator is never among them).
         self._direct = {name: method for name, method in (self.default or {}).items()
                         if method.func is not None and not method.oneway}
+        #: Per-method figures (methodstats.py), when asked: then every handler call
+        #: goes through _timed_call (an instance attribute, so that a server that
+        #: did not ask keeps the untimed path and pays nothing).
+        self.method_stats: MethodStats | None = None
+        if method_metrics:
+            # Labels: the bare name for the default service, Service:method for a
+            # multiplexed one. Keyed by the Method's id (its hash would hash every field).
+            self._labels = {id(m): m.name for m in (self.default or {}).values()}
+            for label, table in self.services.items():
+                self._labels.update({id(m): f"{label}{SEPARATOR}{m.name}"
+                                     for m in table.values()})
+            self.method_stats = MethodStats(list(self._labels.values()))
+            self._call = self._timed_call  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------ lookup
 
@@ -366,11 +382,23 @@ class Dispatcher:
                 method: Method | None, wire: Wire = FRAMED_BINARY_WIRE
                 ) -> tuple[Reply | None, Status]:
         oneway = mtype == binary.ONEWAY or (method is not None and method.oneway)
+        if method is not None and self.method_stats is not None:
+            self.method_stats.record(self._labels[id(method)], Status.FAILED, None)
         log.warning("request_refused", code=exc.code.name, error=str(exc),
                     effect="nothing sent (oneway)" if oneway else "TApplicationException")
         if oneway:
             return None, Status.FAILED
         return wire.app_error(reply_name, seqid, str(exc), exc.code), Status.FAILED
+
+    def _timed_call(self, method: Method, args: Any, name: str, seqid: int,
+                    wire: Wire = FRAMED_BINARY_WIRE) -> tuple[Reply | None, Status]:
+        """:meth:`_call`, timed and booked in :attr:`method_stats`."""
+        started = perf_counter()
+        reply, status = Dispatcher._call(self, method, args, name, seqid, wire)
+        assert self.method_stats is not None
+        # Status.OK, DECLARED and FAILED are the indexes of methodstats.OUTCOMES.
+        self.method_stats.record(self._labels[id(method)], status, perf_counter() - started)
+        return reply, status
 
     def _call(self, method: Method, args: Any, name: str, seqid: int,
               wire: Wire = FRAMED_BINARY_WIRE) -> tuple[Reply | None, Status]:

@@ -164,6 +164,9 @@ class ServerOptions:
     #: Let the selector run methods that have proven fast itself, instead of handing
     #: each call to a worker (rpc/inline.py); False keeps every call on the pool.
     inline_calls: bool = True
+    #: Keep calls by outcome and a latency histogram per IDL method
+    #: (Server.method_metrics(), rpc/methodstats.py); off, the call path is untimed.
+    method_metrics: bool = False
     backlog: int = DEFAULT_BACKLOG
     #: The decoded-size budget: bytes in a frame times this (see rpc/decoded.py).
     decoded_size_factor: float = DEFAULT_DECODED_SIZE_FACTOR
@@ -236,7 +239,7 @@ class ServerOptions:
                                   f"{', '.join(repr(k) for k in known)}, not {value!r}.")
             # Frozen: keep it a tuple in the canonical order, whatever was given.
             object.__setattr__(self, name, tuple(k for k in known if k in value))
-        for name in ("strict_read", "inline_calls"):
+        for name in ("strict_read", "inline_calls", "method_metrics"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"{name} must be True or False, "
                                   f"not {getattr(self, name)!r}.")

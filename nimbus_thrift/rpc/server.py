@@ -19,6 +19,7 @@ import structlog
 
 from .dispatch import Dispatcher, Status
 from .memory import MemoryBudget
+from .methodstats import MethodFigures
 from .metrics import MetricsSnapshot, ServerState
 from .options import OptionError, ServerOptions
 from .selector import Selector
@@ -154,6 +155,12 @@ class Server:
             selector_takeovers=st.selector_takeovers,
         )
 
+    def method_metrics(self) -> dict[str, MethodFigures]:
+        """Calls by outcome and latency per IDL method (methods called at least once);
+        empty unless the server was made with ``method_metrics=True``."""
+        stats = self.dispatcher.method_stats
+        return stats.snapshot() if stats is not None else {}
+
     # ----------------------------------------------------------------- selector thread
 
     def _serve(self) -> None:
@@ -193,5 +200,6 @@ def make_server(service: ModuleType | Any, handler: object, host: str = "127.0.0
     dispatcher = Dispatcher(default, services, strict_read=opts.strict_read,
                             decoded_size_factor=opts.decoded_size_factor,
                             transports=opts.transports, protocols=opts.protocols,
-                            max_message_size=opts.max_frame_size)
+                            max_message_size=opts.max_frame_size,
+                            method_metrics=opts.method_metrics)
     return Server(dispatcher, host, port, opts)

@@ -575,3 +575,34 @@ def test_a_reply_written_in_several_parts_releases_its_frame(demo):
             wait_for(lambda: server.metrics().bytes_reserved == 0, what="bytes released")
             assert roundtrip(sock, call(demo.Echo, "echo", seqid=2, s="next"),
                              demo.Echo).body.success == "next"
+
+
+# ----------------------------------------------------------------------- per-method figures
+
+
+@pytest.mark.parametrize("inline_calls", [True, False])
+def test_method_metrics_count_real_calls_inline_or_on_workers(demo, inline_calls):
+    with serve(demo, method_metrics=True, inline_calls=inline_calls) as server:
+        assert server.method_metrics() == {}
+        with connect(server.address) as sock:
+            # Enough calls for echo to be promoted to the selector (rpc/inline.py).
+            for seqid in range(40):
+                sock.sendall(call(demo.Echo, "echo", seqid=seqid, s="x"))
+                assert decode(read_frame(sock), demo.Echo).body.success == "x"
+            sock.sendall(call(demo.Echo, "fail", seqid=99, kind="declared"))
+            read_frame(sock)
+        # The outcome is booked after the reply is written: wait for it.
+        wait_for(lambda: server.method_metrics().get("fail") is not None, what="fail booked")
+        figures = server.method_metrics()
+        assert figures["echo"].outcomes == {"ok": 40, "declared": 0, "failed": 0}
+        assert sum(figures["echo"].bucket_counts) == 40
+        assert figures["fail"].outcomes["declared"] == 1
+        if inline_calls:
+            assert server.metrics().requests_inline > 0
+
+
+def test_method_metrics_are_off_unless_asked(demo):
+    with serve(demo) as server:
+        with connect(server.address) as sock:
+            assert roundtrip(sock, call(demo.Echo, "echo", s="x"), demo.Echo).body.success == "x"
+        assert server.method_metrics() == {}
