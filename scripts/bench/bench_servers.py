@@ -74,6 +74,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -136,7 +137,10 @@ PYTHON_PEERS = ("thriftpy2-threaded", "thriftpy2-aio", "apache-nonblocking")
 #: Our server from the checkout given with --baseline (not a peer: compared on its own).
 BASELINE = "nimbus-baseline"
 CPP = "cpp-nonblocking"
-SERVERS = ("nimbus", *PYTHON_PEERS, "java-hsha", CPP)
+#: The ceiling: a single-threaded C epoll server answering echo calls without decoding
+#: them (c_echo.c); shown beside the others, never counted as a peer.
+CEILING = "c-echo"
+SERVERS = ("nimbus", *PYTHON_PEERS, "java-hsha", CPP, CEILING)
 #: The servers with a TLS mode here (peer_servers.py --tls-dir; the C++ server's
 #: certificate argument), and why the others have none.
 TLS_SERVERS = ("nimbus", "thriftpy2-threaded", CPP, BASELINE)
@@ -144,6 +148,7 @@ NO_TLS = {
     "thriftpy2-aio": "its TLS server is not measured here",
     "apache-nonblocking": "Apache's Python TNonblockingServer has no TLS",
     "java-hsha": "Java's THsHaServer has no TLS",
+    CEILING: "the C ceiling serves plain framed binary only",
 }
 #: The peer ours is compared with over TLS, and issue 14's targets (the C++ server's
 #: ratios are printed too, with no target).
@@ -157,7 +162,12 @@ FORM_SERVERS = ("nimbus", "thriftpy2-threaded", BASELINE)
 DETECTS_FORM = ("nimbus", BASELINE)
 FORM_PEER = "thriftpy2-threaded"
 NO_FORMS = {name: "issue 17 compares ours with thriftpy2-threaded only"
-            for name in ("thriftpy2-aio", "apache-nonblocking", "java-hsha", "cpp-nonblocking")}
+            for name in ("thriftpy2-aio", "apache-nonblocking", "java-hsha", "cpp-nonblocking",
+                         CEILING)}
+#: The servers the idle-connections scenario runs on: ours and the C ceiling. A
+#: thread-per-connection peer would start 10,000 threads, and the others are not
+#: asked for it; the baseline checkout may predate the bench server's connection limits.
+IDLE_SERVERS = ("nimbus", CEILING)
 #: The framed binary scenario each form's figures are shown beside.
 FORM_REFERENCE = {16: "c16", 256: "c256"}
 JAVA_JAR_CANDIDATES = (
@@ -185,6 +195,9 @@ class Scenario:
     handshakes: bool = False
     #: The rate's column heading (a handshake cycle is also one call).
     unit: str = "calls/s"
+    #: Connections opened before the clock and left idle all through (the busy ones
+    #: are ``connections``): what holding many quiet clients costs the busy ones.
+    idle: int = 0
     #: The client form loadgen sends (loadgen --transport, --protocol).
     transport: str = "framed"
     protocol: str = "binary"
@@ -206,6 +219,7 @@ SCENARIOS = {
         Scenario("c16", 16, 16, "16 conns"),
         Scenario("c256", 256, 16, "256 conns"),
         Scenario("1mib", 4, 1 << 20, "4 conns x 1 MiB", bulk=True),
+        Scenario("idle10k", 16, 16, "16 conns + 10k idle", idle=10_000),
         Scenario("tls16", 16, 16, "TLS 16 conns", tls=True),
         Scenario("tls256", 256, 16, "TLS 256 conns", tls=True),
         Scenario("handshakes", 16, 16, "TLS handshakes", tls=True,
@@ -414,6 +428,17 @@ def build_cpp() -> list[str]:
     return [str(exe)]
 
 
+def build_ceiling() -> list[str]:
+    """Compile the C epoll echo server (c_echo.c); return its command."""
+    if shutil.which("gcc") is None:
+        raise Unavailable("`gcc` is not installed (apt-get install gcc)")
+    src, exe = BENCH / "c_echo.c", BUILD / "c-echo"
+    if not newer_than(exe, src):
+        BUILD.mkdir(parents=True, exist_ok=True)
+        run_build(["gcc", "-O2", "-Wall", "-o", str(exe), str(src)])
+    return [str(exe)]
+
+
 def run_build(cmd: list[str]) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -443,6 +468,8 @@ def server_command(name: str, port: int, baseline: Path | None = None,
         return [*build_java(), str(port), str(WORKER_THREADS)]
     if name == CPP:
         return [*build_cpp(), str(port), str(WORKER_THREADS), *tls[1:]]
+    if name == CEILING:
+        return [*build_ceiling(), str(port)]
     if name == "apache-nonblocking":
         gen = build_apache_py()
         return [*py, name, "--port", str(port), "--workers", str(WORKER_THREADS), "--gen-py", str(gen)]
@@ -511,6 +538,17 @@ def vm_hwm_kib(pid: int) -> int | None:
                 return int(line.split()[1])
     except OSError:
         pass
+    return None
+
+
+def vm_rss_kib(pid: int) -> int | None:
+    """The process's resident set now (VmRSS, KiB), or None if it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
     return None
 
 
@@ -592,6 +630,46 @@ def run_loadgen(
         cmd += ["--transport", scenario.transport, "--protocol", scenario.protocol]
     deadline = (time.monotonic() + cfg.warmup + cfg.duration + LOADGEN_SLACK
                 + (TLS_SETUP_LIMIT if scenario.tls else 0.0))
+    idle = open_idle(port, scenario.idle)
+    try:
+        return _run_loadgen(cmd, deadline, cfg, server_pid, idle_count=len(idle))
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def open_idle(port: int, count: int) -> list[socket.socket]:
+    """``count`` connections to the server, left idle (from this script, on the load
+    generator's core). Each is checked open after the others connected: a server that
+    refused some would make the figure meaningless."""
+    if not count:
+        return []
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < count + 256:
+        if hard < count + 256:
+            raise Unavailable(f"{count:,} idle connections need RLIMIT_NOFILE {count + 256:,}; "
+                              f"the hard limit is {hard:,}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            socks.append(socket.create_connection((HOST, port), timeout=10))
+        for sock in socks:
+            sock.setblocking(False)
+            try:
+                if sock.recv(1) == b"":
+                    raise Unavailable("the server closed idle connections")
+            except BlockingIOError:
+                pass
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
+def _run_loadgen(cmd: list[str], deadline: float, cfg: RunConfig, server_pid: int | None,
+                 idle_count: int = 0) -> dict[str, Any]:
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
@@ -601,6 +679,7 @@ def run_loadgen(
     )
     marks: dict[str, tuple[float, float | None, float]] = {}
     diagnostics: list[str] = []
+    rss_kib: int | None = None
     try:
         assert proc.stderr is not None and proc.stdout is not None
         # stdout is one short line, written after "done": reading stderr to its end
@@ -612,6 +691,8 @@ def run_loadgen(
             if not line:
                 break
             mark = line.strip().removeprefix("loadgen: ")
+            if mark == "done" and server_pid:
+                rss_kib = vm_rss_kib(server_pid)
             if mark in ("measuring", "done"):
                 marks[mark] = (
                     time.monotonic(),
@@ -629,6 +710,10 @@ def run_loadgen(
     if proc.returncode != 0 or not out.strip():
         raise RuntimeError(f"loadgen exited with {proc.returncode}: {' | '.join(diagnostics)[-300:]}")
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    if rss_kib is not None:
+        result["server_rss_kib"] = rss_kib
+    if idle_count:
+        result["idle_connections"] = idle_count
     if "measuring" in marks and "done" in marks:
         (t0, c0, b0), (t1, c1, b1) = marks["measuring"], marks["done"]
         if c0 is not None and c1 is not None and t1 > t0:
@@ -967,6 +1052,7 @@ def comparisons(results: list[ServerResult], scenarios: list[Scenario]) -> dict[
     by_name = {r.name: r for r in results}
     ours = by_name.get("nimbus")
     out: dict[str, Any] = {"vs_best_python_peer": {}, "p99_vs_java": None, "vs_baseline": {},
+                           "vs_ceiling": {}, "idle": None,
                            "tls": tls_comparisons(results, scenarios),
                            "forms": form_comparisons(results, scenarios)}
     if ours is None:
@@ -1000,6 +1086,27 @@ def comparisons(results: list[ServerResult], scenarios: list[Scenario]) -> dict[
             entry["p99"] = {"peer": best[0], "ratio": round(mine["latency_us"]["p99"] / best[1], 3)}
         if entry:  # no Python peer ran this scenario: no line (and no empty heading)
             out["vs_best_python_peer"][sc.name] = entry
+    ceiling = by_name.get(CEILING)
+    for sc in scenarios if ceiling is not None else ():
+        assert ceiling is not None
+        mine, theirs = ours.scenarios.get(sc.name), ceiling.scenarios.get(sc.name)
+        rate = "mb_per_s" if sc.bulk else "calls_per_s"
+        if mine and theirs and mine["calls"] and theirs[rate]:
+            out["vs_ceiling"][sc.name] = round(mine[rate] / theirs[rate], 3)
+    idle = next((sc for sc in scenarios if sc.idle), None)
+    busy = next((sc for sc in scenarios if not sc.idle and not sc.tls and not sc.other_form
+                 and not sc.bulk and idle is not None and sc.connections == idle.connections),
+                None)
+    with_idle = ours.scenarios.get(idle.name) if idle is not None else None
+    if idle is not None and with_idle and with_idle["calls"]:
+        without = ours.scenarios.get(busy.name) if busy is not None else None
+        out["idle"] = {
+            "scenario": idle.name, "idle": idle.idle, "calls_per_s": with_idle["calls_per_s"],
+            "rss_kib": with_idle.get("server_rss_kib"),
+            "without": busy.name if busy is not None and without else None,
+            "ratio": round(with_idle["calls_per_s"] / without["calls_per_s"], 3)
+            if without and without["calls_per_s"] else None,
+        }
     java = by_name.get("java-hsha")
     mine = ours.scenarios.get(JAVA_P99_SCENARIO)
     theirs = java.scenarios.get(JAVA_P99_SCENARIO) if java else None
@@ -1147,6 +1254,18 @@ def render_report(results: list[ServerResult], scenarios: list[Scenario], cfg: R
             if "p99" in e:
                 bits.append(f"p99 {e['p99']['ratio']:.2f}x {e['p99']['peer']}")
             lines.append(f"  {sc.label:<18} " + ", ".join(bits))
+    vc = comp.get("vs_ceiling")
+    if vc:
+        lines += ["", f"nimbus as a share of the C ceiling ({CEILING}, c_echo.c: no Thrift "
+                      "decoding at all):"]
+        lines += [f"  {SCENARIOS[name].label:<18} {ratio:.2f}" for name, ratio in vc.items()]
+    idle = comp.get("idle")
+    if idle:
+        rss = f", server RSS {idle['rss_kib'] / 1024:.0f} MiB" if idle["rss_kib"] else ""
+        versus = (f", {idle['ratio']:.2f}x of {SCENARIOS[idle['without']].label} without them"
+                  if idle["ratio"] else "")
+        lines += ["", f"nimbus with {idle['idle']:,} idle connections: "
+                      f"{idle['calls_per_s']:,.0f} calls/s on the busy ones{versus}{rss}"]
     vb = comp["vs_baseline"]
     if vb:
         lines += ["", f"nimbus vs {BASELINE} ({cfg.baseline}; throughput: higher is better; "
@@ -1240,6 +1359,8 @@ def runs_on(name: str, sc: Scenario) -> bool:
         return name in TLS_SERVERS
     if sc.other_form:
         return name in FORM_SERVERS
+    if sc.idle:
+        return name in IDLE_SERVERS
     return True
 
 

@@ -38,6 +38,7 @@ or half-written, and nothing of ours sits inside a peer's measurement.
 from __future__ import annotations
 
 import argparse
+import resource
 import signal
 import ssl
 import sys
@@ -136,6 +137,17 @@ def load_demo():
     return thriftpy2.load(str(DEMO_IDL), module_name="demo_thrift")
 
 
+#: Connections the bench's nimbus server admits: the idle scenario's 10,000 and more.
+IDLE_ROOM = 16_384
+
+
+def raise_open_files_limit() -> None:
+    """The soft RLIMIT_NOFILE up to the hard one (the idle scenario needs ~10,000)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def run_nimbus(port: int, workers: int, tls: ssl.SSLContext | None = None) -> None:
     # The checkout's own package, whether or not it is pip-installed in this venv.
     sys.path.insert(0, str(REPO))
@@ -154,9 +166,12 @@ def run_nimbus(port: int, workers: int, tls: ssl.SSLContext | None = None) -> No
     stop = block_stop_signals()
     options: dict[str, Any] = {} if tls is None else {"ssl_context": tls}
     try:
+        # Room for the idle-connections scenario (10,000 from one address; the
+        # per-address default is a quarter of max_connections).
+        raise_open_files_limit()
         server = nimbus_thrift.make_server(
             demo_thrift().Echo, EchoHandler(), host=HOST, port=port, worker_threads=workers,
-            **options,
+            max_connections=IDLE_ROOM, max_connections_per_peer=IDLE_ROOM, **options,
         )
     except Exception as exc:
         if tls is None:
