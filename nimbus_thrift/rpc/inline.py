@@ -19,7 +19,12 @@ shown they are fast:
   reply at once;
 * an inline call that takes longer than :data:`SLOW_SECS` sends the method back to the
   pool, and it must prove itself again over twice as many calls each time (up to
-  :data:`MAX_PROOF_RUNS`), so a method that is only sometimes slow settles on the pool;
+  :data:`MAX_PROOF_RUNS`), so a method that is only sometimes slow settles on the pool.
+  Only time the selector's thread spent running counts (:func:`slow_on_cpu`): on a
+  shared core the kernel takes the CPU away for a few milliseconds now and then, and
+  each time a wall-clock rule sent the method back (33 times in 12 s at 256
+  connections here, with other processes on the core: the method spent most of the
+  run on the pool, which is what made 256 connections vary from run to run);
 * a handler can still block where it never did before (a lock, a slow disk). Then
   :class:`InlineWatch`, a thread that looks every :data:`WATCH_SECS` while inline calls
   are being made, sees the selector inside one call for more than
@@ -169,6 +174,17 @@ class InlinePolicy:
         method.proof = min(method.proof * 2, MAX_PROOF_RUNS)
         log.info("method_back_to_workers", method=key.decode("utf-8", "replace"),
                  call_ms=round(secs * 1000, 3), next_proof_runs=method.proof)
+
+
+def slow_on_cpu(took: float, off_cpu: float) -> bool:
+    """Whether an inline call that took ``took`` seconds of wall clock was slow by its
+    own doing, knowing its thread spent ``off_cpu`` seconds off the CPU (preempted, or
+    waiting for the GIL) during the pass it ran in. The call's own CPU time is at least
+    ``took - off_cpu``: only if even that passes :data:`SLOW_SECS` is the method sent
+    back. A call that really computes that long is caught the next time it runs on an
+    undisturbed pass; one that blocks is the watch's (it looks at the thread's state,
+    not at a clock)."""
+    return took - off_cpu >= SLOW_SECS
 
 
 def thread_runnable(native_id: int) -> bool:

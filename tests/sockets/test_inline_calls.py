@@ -215,3 +215,44 @@ def test_clients_in_other_forms_get_inline_calls_too(demo, transport, protocol):
         metrics = server.metrics()
     assert metrics.requests_inline > 0
     assert "nimbus-selector" in handler.threads
+
+
+class SpinningEcho(EchoHandler):
+    """echo("spin") computes for 3 ms (holding the CPU, never sleeping)."""
+
+    def echo(self, s: str) -> str:
+        if s == "spin":
+            until = time.perf_counter() + 0.003
+            while time.perf_counter() < until:
+                pass
+        return s
+
+
+def test_an_inline_call_that_computes_too_long_goes_back_to_the_pool(demo, logs):
+    with serve(demo, SpinningEcho()) as server:
+        with connect(server.address) as sock:
+            warm(sock, demo)
+            inline_before = server.metrics().requests_inline
+            assert inline_before > 0
+            assert echo(sock, demo, "spin", seqid=900) == "spin"
+            # Back on the pool: the next calls are not inline (until proven again).
+            assert echo(sock, demo, "after", seqid=901) == "after"
+            assert server.metrics().requests_inline == inline_before + 1
+    assert [e["method"] for e in logs if e["event"] == "method_back_to_workers"] == ["echo"]
+
+
+def test_an_inline_call_slowed_by_losing_the_cpu_stays_inline(demo, logs, monkeypatch):
+    # The thread's CPU clock standing still says it spent the whole pass off the CPU
+    # (what a preemption by another process looks like): the same 3 ms call is then
+    # not held against the method.
+    monkeypatch.setattr("nimbus_thrift.rpc.selector.thread_time", lambda: 0.0)
+    with serve(demo, SpinningEcho()) as server:
+        with connect(server.address) as sock:
+            warm(sock, demo)
+            inline_before = server.metrics().requests_inline
+            assert echo(sock, demo, "spin", seqid=900) == "spin"
+            assert echo(sock, demo, "after", seqid=901) == "after"
+            assert server.metrics().requests_inline == inline_before + 2
+    assert not [e for e in logs if e["event"] == "method_back_to_workers"]
+    # (A warm-up call slowed by a busy machine may be logged too.)
+    assert "echo" in [e["method"] for e in logs if e["event"] == "inline_call_preempted"]

@@ -310,3 +310,11 @@ def test_requests_in_other_forms_are_keyed_by_their_method(demo):
     assert message_key(Message(compact.encode_message("echo", REPLY, 5, args),
                                FRAMED_COMPACT)) is None
     assert message_key(Message(b"\x82\x21\xff", UNFRAMED_COMPACT)) is None
+
+
+def test_only_time_on_the_cpu_makes_an_inline_call_slow():
+    from nimbus_thrift.rpc.inline import SLOW_SECS, slow_on_cpu
+    assert slow_on_cpu(SLOW_SECS * 2, 0.0)                 # computed the whole time
+    assert slow_on_cpu(SLOW_SECS * 2, SLOW_SECS)           # still SLOW_SECS of its own
+    assert not slow_on_cpu(SLOW_SECS * 2, SLOW_SECS * 1.5)  # mostly preempted
+    assert not slow_on_cpu(SLOW_SECS * 0.5, 0.0)
