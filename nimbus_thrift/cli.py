@@ -179,6 +179,9 @@ def _wait(stop: "threading.Event") -> None:
                    "signed by one; its common name is the caller's principal.")
 @click.option("--insecure", is_flag=True, default=None,
               help="Allow listening on a non-loopback address without mutual TLS.")
+@click.option("--ui-port", type=click.IntRange(-1, 65535),
+              help="Port of the web UI, Storm's REST API and /metrics; 0 turns them off, "
+                   "-1 takes any free port.  [default: 8080, as Storm's ui.port]")
 @click.option("--unix-socket", help="Unix socket for local users (their OS user is their "
                                     "principal); '' for none.  [default: "
                                     "<data dir>/nimbus.sock]")
@@ -210,8 +213,31 @@ def nimbus(config_file: Path | None, **flags: Any) -> None:
             f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
     click.echo(f"nimbus listening on {host}:{port} (data in {config.data_dir}, "
                f"launcher {config.launcher}); Ctrl-C or SIGTERM stops", err=True)
+    if daemon.ui_url is not None:
+        click.echo(f"web UI, REST API and /metrics at {daemon.ui_url}", err=True)
     _wait(stop)
     daemon.stop(grace=10.0)
+
+
+@main.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="NIMBUS_THRIFT_CONFIG", help="The daemon's YAML settings file.")
+def ui(config_file: Path | None) -> None:
+    """Print the URL of the daemon's web UI (from its settings: ui_port, ui_host, TLS)."""
+    from .nimbus import ConfigError, load_config
+    from .nimbus.web.address import ui_url
+
+    try:
+        config = load_config(config_file, os.environ, {})
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    url = ui_url(config)
+    if url is None:
+        raise click.ClickException("the web UI is off (ui_port is 0)")
+    if config.ui_port < 0:
+        raise click.ClickException("ui_port is -1 (any free port): the URL is in the "
+                                   "daemon's log (ui_listening url=...)")
+    click.echo(url)
 
 
 @main.command("warm-up")

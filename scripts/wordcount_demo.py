@@ -34,21 +34,25 @@ def _on_signal(signum: int, frame: object) -> None:
     raise Stop()
 
 
-def start_daemon(run_dir: Path) -> tuple[subprocess.Popen[str], int]:
+def start_daemon(run_dir: Path) -> tuple[subprocess.Popen[str], int, str]:
+    # The web page on any free port: 8080, the default, may be taken on this machine.
     daemon = subprocess.Popen(
-        CLI + ["nimbus", "--port", "0", "--data-dir", str(run_dir / "nimbus"),
+        CLI + ["nimbus", "--port", "0", "--ui-port", "-1", "--data-dir", str(run_dir / "nimbus"),
                "--log-format", "console"],
         stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert daemon.stderr is not None
-    port = 0
+    port, url = 0, ""
     log = (run_dir / "nimbus.log").open("a")
     for line in daemon.stderr:
         log.write(line)
         match = re.match(r"nimbus listening on [^:]+:(\d+)", line)
         if match:
             port = int(match.group(1))
+        match = re.match(r"web UI, REST API and /metrics at (\S+)", line)
+        if match:
+            url = match.group(1)
             break
-    if not port:
+    if not port or not url:
         raise SystemExit(f"nimbus did not start; see {run_dir / 'nimbus.log'}")
 
     def drain() -> None:                      # keep the daemon's log flowing to a file
@@ -56,7 +60,7 @@ def start_daemon(run_dir: Path) -> tuple[subprocess.Popen[str], int]:
             log.write(line)
             log.flush()
     threading.Thread(target=drain, daemon=True).start()
-    return daemon, port
+    return daemon, port, url
 
 
 def top_words(db: Path, n: int = 10) -> list[tuple[str, int]]:
@@ -81,10 +85,11 @@ def main() -> int:
     db.unlink(missing_ok=True)
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    daemon, port = start_daemon(args.run_dir)
+    daemon, port, url = start_daemon(args.run_dir)
     env = {**os.environ, "NIMBUS_THRIFT_PORT": str(port)}
     print(f"nimbus is listening on 127.0.0.1:{port} (log: {args.run_dir / 'nimbus.log'})",
           flush=True)
+    print(f"its web page: {url}", flush=True)
     submitted = False
     try:
         subprocess.run(CLI + ["submit", str(ROOT / "examples" / "wordcount.py"),

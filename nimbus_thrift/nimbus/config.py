@@ -100,6 +100,11 @@ DEFAULT_LAUNCHER_REPLY_WAIT_SECS = 1.0
 #: Bytes of a Unix socket's path, the terminating NUL excluded: sun_path is 108 bytes
 #: on Linux, and bind() refuses a longer path.
 MAX_UNIX_SOCKET_PATH_BYTES = 107
+#: Storm's ui.port: the HTTP side's default port (also Spark's standalone master UI's:
+#: set ui_port when both run on one machine).
+DEFAULT_UI_PORT = 8080
+#: ui_port's "any free port" (0 is "off", as a port of 0 cannot be asked for).
+UI_PORT_ANY = -1
 
 
 class ConfigError(ValueError):
@@ -213,6 +218,11 @@ class NimbusConfig:
     #: means ``<data_dir>/nimbus.sock``, empty turns it off. Read it with
     #: :meth:`unix_socket_path`.
     unix_socket: str | None = None
+    #: The HTTP side (web page, Storm UI REST API, /metrics): its port (Storm's ui.port;
+    #: 0 turns it off, -1 takes any free port, for tests and embedding) and address
+    #: (empty: the same as ``host``).
+    ui_port: int = DEFAULT_UI_PORT
+    ui_host: str = ""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -224,6 +234,11 @@ class NimbusConfig:
         if self.unix_socket is None:
             return self.data_dir / UNIX_SOCKET_NAME
         return Path(self.unix_socket) if self.unix_socket else None
+
+    @property
+    def ui_bind_host(self) -> str:
+        """The address the HTTP side listens on: ``ui_host``, else ``host``."""
+        return self.ui_host or self.host
 
     @property
     def mutual_tls(self) -> bool:
@@ -250,6 +265,9 @@ _BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True,
 def _check(name: str, value: Any) -> None:
     if name == "port" and not 0 <= value <= 65535:
         raise ConfigError(f"port must be between 0 and 65535, not {value}")
+    if name == "ui_port" and not UI_PORT_ANY <= value <= 65535:
+        raise ConfigError(f"ui_port must be between 0 (off) and 65535, or -1 (any free "
+                          f"port), not {value}")
     if name in _LIMITS and value < _LIMITS[name]:
         raise ConfigError(f"{name} must be at least {_LIMITS[name]}, not {value}")
     # By the declared type, not the value's: NimbusConfig(sweep_secs=0) passes an int.

@@ -31,6 +31,7 @@ otherwise.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import ipaddress
 import os
@@ -51,6 +52,8 @@ from .launcher import Launcher
 from .launchers import load_launcher
 from .store import Store
 from .tlsconf import server_ssl_context
+from .web import HttpServer, make_web_server
+from .web.address import ui_url
 
 log = structlog.get_logger(__name__)
 
@@ -152,6 +155,22 @@ def check_exposure(config: NimbusConfig) -> None:
         "reaches the port submit code as 'anonymous'")
 
 
+def check_ui_exposure(config: NimbusConfig) -> None:
+    """The HTTP side's :func:`check_exposure`: a non-loopback ``ui_host`` needs mutual
+    TLS (its actions kill topologies), unless ``insecure`` is set.
+
+    Raises:
+        DaemonError: one sentence naming the settings.
+    """
+    if config.ui_port == 0 or config.mutual_tls or config.insecure \
+            or is_loopback(config.ui_bind_host):
+        return
+    raise DaemonError(
+        f"refusing to serve the web UI on {config.ui_bind_host} (ui_host), which is not a "
+        "loopback address, without mutual TLS: set tls_cert_file, tls_key_file and "
+        "tls_client_ca_file, or insecure: true, or ui_port: 0 to turn the web UI off")
+
+
 def unix_socket_of(config: NimbusConfig) -> Path | None:
     """The Unix socket to listen on, or None (turned off, or the default path inside
     a data directory too deep for a socket: logged).
@@ -190,6 +209,10 @@ class NimbusDaemon:
         self.store: Store | None = None
         self.handler: NimbusHandler | None = None
         self.server: Server | None = None
+        #: The HTTP side (web page, Storm UI REST API, /metrics); None when ui_port is 0.
+        self.web: HttpServer | None = None
+        #: Where the HTTP side is reached (``http://127.0.0.1:8080``), once started.
+        self.ui_url: str | None = None
 
     def start(self) -> tuple[str, int]:
         """Open the data directory, recover, and serve.
@@ -200,6 +223,7 @@ class NimbusDaemon:
         """
         config = self.config
         check_exposure(config)
+        check_ui_exposure(config)
         try:
             ssl_context = server_ssl_context(config)
         except ConfigError as exc:
@@ -274,7 +298,11 @@ class NimbusDaemon:
                 raise DaemonError(f"cannot listen on unix_socket {unix_socket}: "
                                   f"{exc.strerror or exc}") from None
             self.handler.start(address)
+            self._start_web(ssl_context)
         except BaseException:
+            if self.server is not None:
+                self.server.stop(grace=0)
+                self.server = None
             self._close_state()
             raise
         log.info("nimbus_started", host=address[0], port=address[1],
@@ -283,11 +311,43 @@ class NimbusDaemon:
                  tls="mutual" if config.mutual_tls else "on" if ssl_context else "off",
                  unix_socket=str(unix_socket) if unix_socket is not None else None,
                  admins=len(config.admins), users=len(config.users) or "everyone")
+        if self.ui_url is not None:
+            log.info("ui_listening", url=self.ui_url)
         return address
+
+    def _start_web(self, ssl_context: Any) -> None:
+        """Start the HTTP side on ui_port (unless it is 0), with the Thrift side's TLS
+        context and principal mapping.
+
+        Raises:
+            DaemonError: the port is in use or cannot be bound.
+        """
+        config = self.config
+        if config.ui_port == 0:
+            return
+        assert self.handler is not None and self.server is not None
+        port = 0 if config.ui_port < 0 else config.ui_port
+        web = make_web_server(self.handler, lambda: self.server,
+                              host=config.ui_bind_host, port=port, ssl_context=ssl_context,
+                              principal_from_cert=self.server.options.principal_from_cert)
+        try:
+            host, bound = web.start()
+        except OSError as exc:
+            reason = "is in use" if exc.errno == errno.EADDRINUSE else \
+                f"cannot be bound ({exc.strerror or exc})"
+            raise DaemonError(f"ui_port {config.ui_port} {reason} on {config.ui_bind_host}: "
+                              "set ui_port to a free port (--ui-port), or 0 to turn the web "
+                              "UI off") from None
+        self.web = web
+        self.ui_url = ui_url(config, bound_host=host, bound_port=bound)
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop serving (in-flight calls finish within ``grace``), then close state.
         Running topologies are left running: a restarted daemon adopts them."""
+        if self.web is not None:
+            self.web.stop()
+            self.web = None
+            self.ui_url = None
         if self.server is not None:
             self.server.stop(grace=grace)
             self.server = None

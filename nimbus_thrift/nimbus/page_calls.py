@@ -87,7 +87,7 @@ class PageCalls(NimbusQueries):
         self.figures.keep_only(set(ids))
 
     def _sample_one(self, topology_id: str) -> RunStatus:
-        run = self._run_status(topology_id)
+        run = self.run_status(topology_id)
         if run.components:
             # A launcher that does not know when the run started gives no run key:
             # all its samples are one run.
@@ -134,7 +134,7 @@ class PageCalls(NimbusQueries):
                 for topology_id in node.topologies:
                     rec = self.store.topology(topology_id)
                     if rec is not None:
-                        run = self._run_status(rec.id)
+                        run = self.run_status(rec.id)
                         workers.append(self._worker_summary(rec, run, node, now,
                                                     details=self._may_read(call, rec)))
             return self.idl.SupervisorPageInfo(

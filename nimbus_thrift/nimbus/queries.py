@@ -174,7 +174,7 @@ class NimbusQueries:
     def _topology_info(self, rec: TopologyRecord, num_errors: int | None = None) -> Any:
         """``rec``'s TopologyInfo; ``num_errors`` is a NumErrorsChoice (None: ALL)."""
         now = self.clock()
-        run = self._run_status(rec.id)
+        run = self.run_status(rec.id)
         executors = []
         listed = sum(min(max(0, e), max(0, rec.tasks.get(c, 0)))
                      for c, e in rec.executors.items()
@@ -271,7 +271,7 @@ class NimbusQueries:
         that does not fit the IDL is clamped and said so in ``sched_status``."""
         topology_id = text(row.id)
         counts = self._counts.counts(row)
-        run = self._run_status(topology_id)
+        run = self.run_status(topology_id)
         detail = run.detail
         if counts.problems:
             detail = "invalid: " + "; ".join(counts.problems) + f" ({detail})"
@@ -340,7 +340,9 @@ class NimbusQueries:
                 self.idl.StormTopology(), rec.topology, self._protocol)
         return struct
 
-    def _run_status(self, topology_id: str) -> RunStatus:
+    def run_status(self, topology_id: str) -> RunStatus:
+        """What the launcher reports of ``topology_id``; a launcher that fails gives
+        state ``unknown`` with the reason (a query must still answer)."""
         try:
             return self.launcher.status(topology_id)
         except Exception as exc:  # noqa: BLE001 - a query must still answer

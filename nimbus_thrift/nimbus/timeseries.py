@@ -172,6 +172,18 @@ class Series:
                                         seconds=span, busy_ms=max(0.0, busy - b0))
         return result
 
+    def recent(self, seconds: float) -> list[Sample]:
+        """The current run's samples of the last ``seconds``, oldest first, the
+        latest included (the page's rate chart)."""
+        latest = self.latest
+        if latest is None:
+            return []
+        kept = [s for s in self._merged()
+                if s.run == latest.run and s.at >= latest.at - seconds]
+        if not kept or kept[-1] is not latest:
+            kept.append(latest)
+        return kept
+
     def _merged(self) -> list[Sample]:
         """Every kept sample, oldest first, each age from the finest tier that still
         covers it."""
@@ -224,6 +236,13 @@ class TimeSeries:
         with self._lock:
             series = self._series.get(topology_id)
             return series.window(seconds) if series is not None else {}
+
+    def samples(self, topology_id: str, seconds: float) -> list[Sample]:
+        """``topology_id``'s samples of the last ``seconds`` of its current run,
+        oldest first; empty if it was never sampled."""
+        with self._lock:
+            series = self._series.get(topology_id)
+            return series.recent(seconds) if series is not None else []
 
     def keep_only(self, topology_ids: set[str]) -> None:
         """Forget the series of topologies no longer known (removed ones)."""

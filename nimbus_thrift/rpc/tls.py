@@ -167,7 +167,8 @@ def _ssl_reason(exc: ssl.SSLError) -> str:
     return reason or str(exc)
 
 
-def principal_of(sock: ssl.SSLSocket, mapping: PrincipalFromCert | None) -> str | None:
+def principal_of(sock: ssl.SSLSocket | ssl.SSLObject, mapping: PrincipalFromCert | None
+                 ) -> str | None:
     """The principal of a connection whose handshake is done: from its verified client
     certificate (``mapping``, or the subject's common name), None without one."""
     cert = sock.getpeercert()

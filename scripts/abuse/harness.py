@@ -37,7 +37,7 @@ class Daemon:
     def __init__(self, workdir: Path, **settings: Any):
         self.data_dir = workdir / "data"
         config = workdir / "nimbus.yaml"
-        lines = {"data_dir": str(self.data_dir), "port": 0, "launcher": "none",
+        lines = {"data_dir": str(self.data_dir), "port": 0, "ui_port": 0, "launcher": "none",
                  "host": "127.0.0.1", "log_level": "warning", **settings}
         config.write_text("".join(f"{k}: {v!r}\n" if isinstance(v, str) else f"{k}: {v}\n"
                                   for k, v in lines.items()))

@@ -63,7 +63,7 @@ def main() -> None:
         src.write_bytes(code_zip(args.mib << 20))
         size = src.stat().st_size
         config = load_config(env={}, flags={"data_dir": f"{tmp}/data", "port": 0,
-                                                "launcher": "none"})
+                                                "launcher": "none", "ui_port": 0})
         with NimbusDaemon(config) as daemon:
             assert daemon.handler is not None
             port = daemon.handler.address[1]

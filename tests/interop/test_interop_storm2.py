@@ -95,7 +95,7 @@ def launcher(request) -> FakeLauncher:
 
 @pytest.fixture
 def daemon(tmp_path: Path, launcher: FakeLauncher) -> Iterator[tuple[str, int]]:
-    config = load_config(env={}, flags={"data_dir": str(tmp_path / "data"), "port": 0,
+    config = load_config(env={}, flags={"ui_port": 0, "data_dir": str(tmp_path / "data"), "port": 0,
                                         "download_chunk_bytes": DOWNLOAD_CHUNK_BYTES})
     daemon = NimbusDaemon(config, launcher=launcher)
     address = daemon.start()    # returns once listening

@@ -94,7 +94,7 @@ def handler() -> RecordingEcho:
 def tls_server(demo, certs, handler, tmp_path) -> Iterator[nimbus_thrift.Server]:
     """The demo service on the nimbus daemon's own TLS context (nimbus/tlsconf.py, from
     its settings), so the protocol checks below are the daemon's."""
-    config = load_config(env={}, flags={
+    config = load_config(env={}, flags={"ui_port": 0,
         "data_dir": str(tmp_path / "data"), "tls_cert_file": str(certs / "server.pem"),
         "tls_key_file": str(certs / "server.key"),
         "tls_client_ca_file": str(certs / "ca.pem")})

@@ -40,7 +40,7 @@ class LogConfigHandler(NimbusHandler):
 def daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[NimbusDaemon]:
     monkeypatch.setattr(daemon_module, "NimbusHandler", LogConfigHandler)
     LogConfigHandler.received = []
-    config = load_config(env={}, flags={"data_dir": str(tmp_path / "data"), "port": 0,
+    config = load_config(env={}, flags={"ui_port": 0, "data_dir": str(tmp_path / "data"), "port": 0,
                                         "unix_socket": ""})
     d = NimbusDaemon(config, launcher=FakeLauncher())
     d.start()

@@ -32,7 +32,7 @@ def launcher() -> Iterator[BlockingLauncher]:
 
 @pytest.fixture
 def daemon(tmp_path: Path, launcher: BlockingLauncher) -> Iterator[NimbusDaemon]:
-    config = load_config(env={}, flags={"data_dir": str(tmp_path / "data"), "port": 0})
+    config = load_config(env={}, flags={"ui_port": 0, "data_dir": str(tmp_path / "data"), "port": 0})
     d = NimbusDaemon(config, launcher=launcher)
     d.start()
     try:

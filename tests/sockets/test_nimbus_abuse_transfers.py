@@ -36,7 +36,7 @@ pytestmark = pytest.mark.skipif(not _loopback_alias_works(),
 
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[NimbusDaemon]:
-    config = load_config(env={}, flags={
+    config = load_config(env={}, flags={"ui_port": 0,
         "data_dir": str(tmp_path / "data"), "port": 0, "host": "127.0.0.1",
         "max_uploads_per_peer": LIMIT, "max_downloads_per_peer": LIMIT})
     d = NimbusDaemon(config, launcher=FakeLauncher())

@@ -32,7 +32,7 @@ CLI = [str(Path(sys.executable).with_name("nimbus-thrift"))]
 
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[NimbusDaemon]:
-    config = load_config(env={}, flags={"data_dir": str(tmp_path / "data"), "port": 0})
+    config = load_config(env={}, flags={"ui_port": 0, "data_dir": str(tmp_path / "data"), "port": 0})
     d = NimbusDaemon(config, launcher=FakeLauncher())
     d.start()
     try:
@@ -173,7 +173,7 @@ def test_state_is_forced_owner_only_at_start(tmp_path: Path) -> None:
     for name in ("nimbus.sqlite3", "nimbus.lock"):
         (data / name).touch()
         (data / name).chmod(0o644)
-    config = load_config(env={}, flags={"data_dir": str(data), "port": 0})
+    config = load_config(env={}, flags={"ui_port": 0, "data_dir": str(data), "port": 0})
     daemon = NimbusDaemon(config, launcher=FakeLauncher())
     daemon.start()
     try:
@@ -192,7 +192,7 @@ def test_state_is_forced_owner_only_at_start(tmp_path: Path) -> None:
 
 def test_umask_is_077_while_a_daemon_runs_and_restored_after(tmp_path: Path) -> None:
     before = os.umask(0o022)
-    configs = [load_config(env={}, flags={"data_dir": str(tmp_path / f"d{i}"), "port": 0})
+    configs = [load_config(env={}, flags={"ui_port": 0, "data_dir": str(tmp_path / f"d{i}"), "port": 0})
                for i in range(2)]
     try:
         daemons = [NimbusDaemon(c, launcher=FakeLauncher()) for c in configs]
@@ -229,7 +229,7 @@ def test_data_directory_whose_mode_cannot_be_set_is_refused(tmp_path: Path,
         raise PermissionError(1, "Operation not permitted")
     monkeypatch.setattr(daemon_module.os, "chmod", refuse)
     before = _current_umask()
-    config = load_config(env={}, flags={"data_dir": str(data), "port": 0})
+    config = load_config(env={}, flags={"ui_port": 0, "data_dir": str(data), "port": 0})
     with pytest.raises(DaemonError, match=r"cannot make .*data owner-only \(mode 0700\): "
                                           "Operation not permitted"):
         NimbusDaemon(config, launcher=FakeLauncher()).start()
@@ -483,7 +483,7 @@ def test_a_conf_with_two_to_the_forty_workers_is_refused_and_list_still_works(
 
 
 def test_the_servers_deadlines_and_bounds_are_daemon_settings(tmp_path: Path) -> None:
-    config = load_config(env={"NIMBUS_THRIFT_PARK_TIMEOUT": "3"}, flags={
+    config = load_config(env={"NIMBUS_THRIFT_PARK_TIMEOUT": "3"}, flags={"ui_port": 0,
         "data_dir": str(tmp_path / "data"), "port": 0, "first_request_timeout": 5,
         "min_frame_rate": 100, "write_timeout": 7, "frame_read_timeout": 9,
         "max_connections_per_peer": 3, "max_unsent_reply_bytes": 1 << 20,

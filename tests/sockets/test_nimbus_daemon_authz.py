@@ -25,7 +25,7 @@ ME = pwd.getpwuid(os.geteuid()).pw_name
 
 
 def start(tmp_path: Path, **flags: Any) -> NimbusDaemon:
-    config = load_config(env={}, flags={"data_dir": str(tmp_path / "data"), "port": 0,
+    config = load_config(env={}, flags={"ui_port": 0, "data_dir": str(tmp_path / "data"), "port": 0,
                                         **flags})
     daemon = NimbusDaemon(config, launcher=FakeLauncher())
     daemon.start()

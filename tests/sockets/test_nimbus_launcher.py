@@ -59,13 +59,13 @@ def test_bad_launchers(spec: str, message: str) -> None:
 
 
 def test_daemon_with_a_bad_launcher_does_not_start(tmp_path: Path) -> None:
-    config = load_config(env={}, flags={"data_dir": str(tmp_path / "d"), "port": 0,
+    config = load_config(env={}, flags={"ui_port": 0, "data_dir": str(tmp_path / "d"), "port": 0,
                                         "launcher": "spork"})
     daemon = NimbusDaemon(config)
     with pytest.raises(DaemonError, match="unknown launcher 'spork'"):
         daemon.start()
     # Nothing is left held: a daemon with a good launcher can use the directory now.
-    good = NimbusDaemon(load_config(env={}, flags={"data_dir": str(tmp_path / "d"),
+    good = NimbusDaemon(load_config(env={}, flags={"ui_port": 0, "data_dir": str(tmp_path / "d"),
                                                    "port": 0, "launcher": "none"}))
     good.start()
     good.stop()
@@ -83,7 +83,7 @@ def test_cli_bad_launcher_is_one_sentence(tmp_path: Path) -> None:
 def test_none_launcher_end_to_end(tmp_path: Path) -> None:
     """A daemon without execution accepts and controls topologies and says they do not
     run."""
-    config = load_config(env={}, flags={"data_dir": str(tmp_path / "d"), "port": 0,
+    config = load_config(env={}, flags={"ui_port": 0, "data_dir": str(tmp_path / "d"), "port": 0,
                                         "launcher": "none"})
     with NimbusDaemon(config) as daemon:
         port = daemon.handler.address[1]          # type: ignore[union-attr]

@@ -27,7 +27,7 @@ def daemons(tmp_path: Path) -> Iterator[Any]:
     started: list[NimbusDaemon] = []
 
     def make(**flags: Any) -> NimbusDaemon:
-        config = load_config(env={}, flags={"data_dir": str(tmp_path / f"d{len(started)}"),
+        config = load_config(env={}, flags={"ui_port": 0, "data_dir": str(tmp_path / f"d{len(started)}"),
                                             "port": 0, **flags})
         daemon = NimbusDaemon(config, launcher=FakeLauncher())
         daemon.start()

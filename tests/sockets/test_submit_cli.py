@@ -37,7 +37,7 @@ FAST = 0.01
 
 def start_daemon(tmp_path: Path, launcher: str, **flags: Any) -> NimbusDaemon:
     # The launcher is always named: the daemon's default is "spark".
-    config = load_config(env={}, flags={"data_dir": str(tmp_path / "data"), "port": 0,
+    config = load_config(env={}, flags={"ui_port": 0, "data_dir": str(tmp_path / "data"), "port": 0,
                                         "launcher": launcher, **flags})
     daemon = NimbusDaemon(config)
     daemon.start()

@@ -76,7 +76,7 @@ def daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     """A NimbusDaemon with the Spark launcher (local[2]) on 127.0.0.1 port 0: its
     address and launcher. Whatever the test leaves running is stopped afterwards."""
     monkeypatch.setenv("JAVA_TOOL_OPTIONS", FAST_JVM)
-    config = load_config(env={}, flags={
+    config = load_config(env={}, flags={"ui_port": 0,
         "data_dir": str(tmp_path / "data"), "port": 0, "launcher": "spark",
         "spark_master": "local[2]", "download_chunk_bytes": DOWNLOAD_CHUNK})
     launcher = SparkLauncher(config, cache_dir=False)

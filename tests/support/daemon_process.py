@@ -22,8 +22,10 @@ class DaemonProcess:
     def __init__(self, data_dir: Path | None, *args: str, env: dict[str, str] | None = None):
         where = ["--data-dir", str(data_dir)] if data_dir is not None else []
         self.proc = subprocess.Popen(
+            # The web UI off unless a test asks (--ui-port later in args wins): tests
+            # must never take port 8080.
             CLI + ["nimbus", "--port", "0", *where, "--log-format", "json",
-                   "--log-level", "info", *args],
+                   "--log-level", "info", "--ui-port", "0", *args],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
             # Submitted topologies are stored, not run: no Spark in these tests.
             env={**os.environ, "NIMBUS_THRIFT_LAUNCHER": "none", **(env or {})})

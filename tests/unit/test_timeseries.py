@@ -147,3 +147,20 @@ def test_busy_time_gives_execute_latency_and_capacity_over_the_window() -> None:
     series.record("other", T0, T0, {"c": Stats(10, 10)})
     idle = series.window("other", None)["c"]
     assert idle.execute_ms is None and idle.capacity(1) is None
+
+
+def test_samples_are_the_current_runs_last_seconds_oldest_first() -> None:
+    series = TimeSeries()
+    assert series.samples("topo", 60) == []
+    feed(series, T0, T0 + 300, 10, rate=10)                  # run 1
+    relaunch = T0 + 305
+    feed(series, relaunch, relaunch + 100, 10, rate=1)       # run 2, 11 samples
+    recent = series.samples("topo", 60)
+    assert [s.at for s in recent] == [relaunch + t for t in range(40, 101, 10)]
+    assert all(s.run == relaunch for s in recent)            # nothing of run 1
+    # All of run 2 (its first sample may have been folded into the finest tier's
+    # spacing, right after run 1's last), none of run 1.
+    whole = series.samples("topo", 3600)
+    assert len(whole) >= 10 and {s.run for s in whole} == {relaunch}
+    assert whole[-1].at == relaunch + 100
+    assert series.samples("other", 60) == []

@@ -1,0 +1,280 @@
+"""The HTTP side's I/O shell: an asyncio loop on its own thread, never the Thrift
+selector's. ::
+
+    caller thread         "nimbus-http" thread (asyncio)        "nimbus-http-N" threads
+    ------------          ------------------------------        -----------------------
+    start(): bind  --->   accept; count; TLS handshake;
+    (errors here)         read with limits (http11.py)  ----->   app(request) -> Response
+                          write with a deadline         <-----   (the daemon's own code)
+    stop()  ------->      close listener and connections
+
+Bounds (:mod:`.limits`): connections over ``max_connections`` are closed as soon as
+they are accepted; a request must arrive whole (TLS handshake, head and body) within
+``header_timeout`` of its first byte, a kept-alive connection may idle
+``idle_timeout``, a response must be taken within ``write_timeout``. The application
+runs on a small thread pool, so a slow call (SQLite, a launcher) never blocks the loop
+and a flood of requests waits its turn (one per connection at most).
+
+TLS: the listener accepts plain TCP and upgrades each counted connection with the
+daemon's SSLContext (same certificate, same required client certificates); the
+principal is the Thrift side's, from :func:`nimbus_thrift.rpc.tls.principal_of`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, cast
+
+import structlog
+
+from ...rpc.tls import PrincipalFromCert, principal_of
+from .http11 import Closed, Http11
+from .limits import BACKLOG, HttpLimits
+from .messages import HttpError, Request, Response
+
+log = structlog.get_logger(__name__)
+
+#: Bytes asked of the socket per read.
+READ_SIZE = 65536
+
+App = Callable[[Request], Response]
+
+
+class HttpCounters:
+    """What the HTTP side counts (written on its loop thread, read by /metrics)."""
+
+    __slots__ = ("connections_open", "connections_accepted", "connections_refused",
+                 "requests", "timeouts", "bad_requests")
+
+    def __init__(self) -> None:
+        self.connections_open = 0
+        self.connections_accepted = 0
+        self.connections_refused = 0      # over max_connections
+        self.requests = 0                 # answered by the application
+        self.timeouts = 0                 # closed by a deadline
+        self.bad_requests = 0             # malformed, or over a size limit
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (0: any free port).
+
+    Raises:
+        OSError: the address cannot be bound (EADDRINUSE: the port is in use).
+    """
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                               flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(BACKLOG)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class HttpServer:
+    """Serves ``app`` over HTTP/1.1 on its own thread: ``start()`` returns once
+    listening, ``stop()`` closes everything."""
+
+    def __init__(self, app: App, *, host: str, port: int,
+                 ssl_context: ssl.SSLContext | None = None,
+                 principal_from_cert: PrincipalFromCert | None = None,
+                 limits: HttpLimits | None = None):
+        self.app = app
+        self.host = host
+        self.port = port
+        self.ssl_context = ssl_context
+        self.principal_from_cert = principal_from_cert
+        self.limits = limits or HttpLimits()
+        self.counters = HttpCounters()
+        self.address: tuple[str, int] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._stopped: asyncio.Event | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._failed: BaseException | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.ssl_context is not None else "http"
+
+    def start(self) -> tuple[str, int]:
+        """Bind (in the calling thread, so a port in use raises here) and serve.
+
+        Raises:
+            OSError: the address cannot be bound.
+        """
+        sock = bind(self.host, self.port)
+        self.address = cast(tuple[str, int], sock.getsockname()[:2])
+        self._pool = ThreadPoolExecutor(self.limits.request_threads,
+                                        thread_name_prefix="nimbus-http")
+        self._loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(sock, ready),
+                                        name="nimbus-http", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if self._failed is not None:
+            self._thread.join()
+            self._loop = self._thread = None
+            self._pool.shutdown(wait=False)
+            self._pool = None
+            raise OSError(f"the HTTP server did not start: {self._failed}")
+        return self.address
+
+    def stop(self) -> None:
+        """Close the listener and every connection; wait for the thread."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        stopped = self._stopped
+        if stopped is not None:
+            loop.call_soon_threadsafe(stopped.set)
+        thread.join()
+        self._loop = self._thread = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    # --- the loop's thread -----------------------------------------------------------
+    def _run(self, sock: socket.socket, ready: threading.Event) -> None:
+        loop = self._loop
+        assert loop is not None
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._serve(sock, ready))
+        except BaseException as exc:  # noqa: BLE001 - start() reports it
+            self._failed = exc
+            sock.close()
+        finally:
+            ready.set()             # also when serving failed before it was ready
+            loop.close()
+
+    async def _serve(self, sock: socket.socket, ready: threading.Event) -> None:
+        self._stopped = asyncio.Event()
+        server = await asyncio.start_server(self._connection, sock=sock,
+                                            limit=self.limits.max_header_bytes)
+        ready.set()
+        try:
+            await self._stopped.wait()
+        finally:
+            server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            await server.wait_closed()
+
+    async def _connection(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        counters = self.counters
+        if counters.connections_open >= self.limits.max_connections:
+            counters.connections_refused += 1
+            writer.transport.abort()
+            return
+        counters.connections_open += 1
+        counters.connections_accepted += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            await self._converse(reader, writer)
+        except asyncio.CancelledError:
+            pass
+        except (ConnectionError, OSError, ssl.SSLError):
+            pass                 # the client went away or broke TLS: nothing to answer
+        finally:
+            self._tasks.discard(task)
+            counters.connections_open -= 1
+            writer.transport.abort()
+
+    async def _converse(self, reader: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter) -> None:
+        peername = writer.get_extra_info("peername")
+        peer = f"{peername[0]}:{peername[1]}" if peername else ""
+        principal = None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.limits.header_timeout
+        if self.ssl_context is not None:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await writer.start_tls(self.ssl_context)
+            except TimeoutError:
+                self.counters.timeouts += 1
+                return
+            except (ssl.SSLError, ConnectionError, OSError) as exc:
+                log.info("http_tls_refused", peer=peer, error=str(exc))
+                return
+            ssl_object = writer.get_extra_info("ssl_object")
+            # The same mapping from certificate to principal as the Thrift side's.
+            principal = principal_of(ssl_object, self.principal_from_cert)
+        http = Http11(self.limits, peer=peer, principal=principal, scheme=self.scheme)
+        idle = False                 # the first request gets header_timeout from accept
+        while True:
+            try:
+                request = await self._read_request(http, reader, deadline, idle)
+            except HttpError as error:
+                self.counters.bad_requests += 1
+                await self._write(writer, http.error_bytes(error))
+                return
+            except (Closed, TimeoutError):
+                return
+            assert self._pool is not None
+            response = await loop.run_in_executor(self._pool, self._answer, request)
+            self.counters.requests += 1
+            await self._write(writer, http.response_bytes(
+                response, head_only=request.method == "HEAD"))
+            if not http.next_cycle():
+                return
+            idle = True
+
+    async def _read_request(self, http: Http11, reader: asyncio.StreamReader,
+                            deadline: float, idle: bool) -> Request:
+        loop = asyncio.get_running_loop()
+        if idle:
+            deadline = loop.time() + self.limits.idle_timeout
+        while True:
+            request = http.next_request()
+            if request is not None:
+                return request
+            if idle and not http.waiting_idle:
+                # The next request's first bytes are in: now it has header_timeout.
+                idle = False
+                deadline = loop.time() + self.limits.header_timeout
+            try:
+                async with asyncio.timeout_at(deadline):
+                    data = await reader.read(READ_SIZE)
+            except TimeoutError:
+                self.counters.timeouts += 1
+                raise
+            http.receive(data)
+
+    def _answer(self, request: Request) -> Response:
+        try:
+            return self.app(request)
+        except HttpError as error:
+            return error.response()
+        except Exception:  # noqa: BLE001 - one request's failure is a 500, not a crash
+            log.exception("http_request_failed", method=request.method,
+                          target=request.target[:200], peer=request.peer)
+            return HttpError(500, "the daemon failed to answer; see its log").response()
+
+    async def _write(self, writer: asyncio.StreamWriter, data: bytes) -> None:
+        if not data:
+            return
+        writer.write(data)
+        try:
+            async with asyncio.timeout(self.limits.write_timeout):
+                await writer.drain()
+        except TimeoutError:
+            self.counters.timeouts += 1
+            raise ConnectionError("the client did not take its response in time") from None

@@ -1,0 +1,133 @@
+"""Shared pieces for the HTTP side's tests: a handler with a fake launcher whose runs
+have figures and errors, the web application over it, and requests to it without
+sockets (the fakes tier) or over a real connection (the sockets tier)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+from pathlib import Path
+from typing import Any
+
+from nimbus_thrift.nimbus.config import load_config
+from nimbus_thrift.nimbus.handler import NimbusHandler
+from nimbus_thrift.nimbus.launcher import ComponentStats, RunStatus, WorkerNode
+from nimbus_thrift.nimbus.store import Store
+from nimbus_thrift.nimbus.web import WebApp
+from nimbus_thrift.nimbus.web.messages import HttpError, Request, Response
+
+from support.nimbus import FakeClock, FakeLauncher, N, make_zip, request_as, upload, wordcount
+
+#: A traceback as the runner reports an error in user code (W2's figures: the frames
+#: in the user's own files).
+ERROR_TEXT = ("ValueError: bad word\n"
+              "  File \"wordcount/components.py\", line 7, in process\n"
+              "    raise ValueError('bad word')")
+
+
+class FiguresLauncher(FakeLauncher):
+    """A fake launcher whose runs have a start time, a Spark UI, figures and errors."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.started: dict[str, float] = {}
+        self.run_errors: dict[str, tuple[tuple[str, str, int], ...]] = {}
+
+    def launch(self, spec: Any) -> None:
+        super().launch(spec)
+        self.started[spec.topology_id] = self.clock()
+
+    def status(self, topology_id: str) -> RunStatus:
+        base = super().status(topology_id)
+        return RunStatus(state=base.state, detail=base.detail,
+                         started_at=self.started.get(topology_id), host="127.0.0.1",
+                         port=4040, ui_url="http://127.0.0.1:4040",
+                         components=base.components,
+                         errors=self.run_errors.get(topology_id, ()))
+
+    def nodes(self) -> list[WorkerNode]:
+        running = tuple(t for t, s in self.state.items() if s in ("running", "paused"))
+        return [WorkerNode("local-box", "box", 0.0, 4, len(running), "4.3.0", running)]
+
+
+class WebEnv:
+    """A handler (fake launcher, fake clock) and the web application over it."""
+
+    def __init__(self, data_dir: Path, **settings: Any):
+        data_dir.mkdir(parents=True)
+        self.clock = FakeClock()
+        self.launcher = FiguresLauncher(self.clock)
+        self.config = load_config(env={}, flags={"data_dir": str(data_dir),
+                                                 "launcher": "none", **settings})
+        self.store = Store(data_dir / "nimbus.sqlite3")
+        self.handler = NimbusHandler(N, self.config, self.store, self.launcher,
+                                     clock=self.clock)
+        self.handler.recover()
+        self.app = WebApp(self.handler)
+
+    def close(self) -> None:
+        self.handler.close()
+        self.store.close()
+
+    def submit(self, name: str = "wc", principal: str | None = None,
+               conf: dict[str, Any] | None = None) -> str:
+        with request_as(principal):
+            location = upload(self.handler, make_zip())
+            self.handler.submitTopology(name, location, json.dumps(conf or {}), wordcount())
+        assert self.handler.background.wait_idle(10)
+        return next(t.id for t in self.handler.getClusterInfo().topologies
+                    if t.name == name)
+
+    def report(self, topology_id: str, sentences: int = 100, split: int = 100,
+               latency: float = 250.0) -> dict[str, ComponentStats]:
+        """What the runner says now: cumulative counts since the run started."""
+        stats = {
+            "sentences": ComponentStats(emitted=sentences, processed=0, rate=10.0,
+                                        latency_ms=latency),
+            "split": ComponentStats(emitted=split * 6, processed=split, rate=10.0,
+                                    latency_ms=latency, busy_ms=split * 5.0),
+            "count": ComponentStats(emitted=split * 6, processed=split * 6, rate=60.0,
+                                    latency_ms=latency, busy_ms=split * 3.0)}
+        self.launcher.stats[topology_id] = stats
+        return stats
+
+    def request(self, method: str, target: str, *, principal: str | None = None,
+                body: bytes = b"", headers: dict[str, str] | None = None) -> Response:
+        request = Request(method, target, {"host": "127.0.0.1:8080", **(headers or {})},
+                          body, "127.0.0.1:50000", principal, "http")
+        try:
+            return self.app(request)
+        except HttpError as error:
+            return error.response()
+
+    def get(self, target: str, *, principal: str | None = None) -> tuple[int, Any]:
+        response = self.request("GET", target, principal=principal)
+        return response.status, json.loads(response.body)
+
+    def post(self, target: str, *, principal: str | None = None, body: bytes = b"",
+             token: str | None = "", headers: dict[str, str] | None = None
+             ) -> tuple[int, Any]:
+        sent = dict(headers or {})
+        if token is not None:
+            sent["x-csrf-token"] = token or self.app.csrf_token
+        response = self.request("POST", target, principal=principal, body=body,
+                                headers=sent)
+        return response.status, json.loads(response.body)
+
+
+def http_get(address: tuple[str, int], path: str, *, context: ssl.SSLContext | None = None,
+             headers: dict[str, str] | None = None, method: str = "GET",
+             body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
+    """One request on a new connection: (status, headers in lower case, body)."""
+    host, port = address
+    conn = (http.client.HTTPSConnection(host, port, context=context, timeout=10)
+            if context is not None else http.client.HTTPConnection(host, port, timeout=10))
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return (response.status, {k.lower(): v for k, v in response.getheaders()},
+                response.read())
+    finally:
+        conn.close()
