@@ -168,7 +168,11 @@ def info_text(info: Any) -> str:
         lines.append("")
         lines.append("errors:")
         for component, e in errors[-20:]:
-            lines.append(f"  [{component}] {e.error}")
+            # An error may carry the traceback's frames in the user's code on the
+            # lines after its message (runner/figures.py): indented under it.
+            first, *rest = (e.error or "").splitlines() or [""]
+            lines.append(f"  [{component}] {first}")
+            lines.extend(f"      {line}" for line in rest)
     return "\n".join(lines)
 
 

@@ -55,6 +55,7 @@ fi
 if [ -x scripts/install_interop.sh ]; then
   scripts/install_interop.sh
 fi
+scripts/install_browser.sh   # Chromium + ChromeDriver for the web page's browser tests
 
 # Topologies start 4-6 s sooner once the driver's class archive exists; make it now
 # rather than during the first submit. Does nothing when it is there already.
