@@ -92,17 +92,20 @@ def main() -> None:
               help="Reply bytes held for clients that do not read them.")
 @click.option("--send-buffer-size", type=click.IntRange(1), default=DEFAULT_SEND_BUFFER_SIZE,
               show_default=True, help="SO_SNDBUF of accepted sockets.")
+@click.option("--processes", type=click.IntRange(1), default=1, show_default=True,
+              help="Serve from this many forked processes on the one port (SIGHUP "
+                   "restarts them one by one).")
 @_logging_options
 def demo(host: str, port: int, workers: int, queue_size: int, max_frame_size: int,
          max_read_buffer_bytes: int, max_read_buffer_bytes_per_peer: int | None,
          max_connections: int, idle_timeout: float,
          frame_read_timeout: float, max_connections_per_peer: int | None,
          first_request_timeout: float, park_timeout: float, min_frame_rate: int,
-         max_unsent_reply_bytes: int, send_buffer_size: int | None, log_level: str,
-         log_format: Any) -> None:
+         max_unsent_reply_bytes: int, send_buffer_size: int | None, processes: int,
+         log_level: str, log_format: Any) -> None:
     """Serve the demo service (idl/demo.thrift: Echo, and Calculator multiplexed)."""
     from . import make_server
-    from .demo import CalculatorHandler, EchoHandler, demo_thrift
+    from .demo import CalculatorHandler, EchoHandler, demo_thrift, reload_on_hangup
 
     logs.configure(log_level, log_format)
     tune_allocator()
@@ -122,8 +125,9 @@ def demo(host: str, port: int, workers: int, queue_size: int, max_frame_size: in
             max_connections_per_peer=max_connections_per_peer,
             first_request_timeout=first_request_timeout, park_timeout=park_timeout,
             min_frame_rate=min_frame_rate, max_unsent_reply_bytes=max_unsent_reply_bytes,
-            send_buffer_size=send_buffer_size)
+            send_buffer_size=send_buffer_size, processes=processes)
         bound_host, bound_port = server.start()
+        reload_on_hangup(server)
     except OptionError as exc:
         raise click.UsageError(str(exc)) from None
     except OSError as exc:

@@ -3,6 +3,7 @@ tests, the interoperability clients and the benchmark call."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from types import ModuleType
@@ -10,6 +11,7 @@ from types import ModuleType
 import structlog
 
 from . import idl
+from .rpc.processes import ProcessServer
 
 log = structlog.get_logger(__name__)
 
@@ -20,7 +22,10 @@ def demo_thrift() -> ModuleType:
 
 
 class EchoHandler:
-    """Handler for ``service Echo``. Thread-safe: workers call it concurrently."""
+    """Handler for ``service Echo``. Thread-safe: workers call it concurrently.
+
+    Served with ``processes=N``, each child has its own copy (made by the fork), so
+    ``events()`` answers with the events that child recorded."""
 
     def __init__(self) -> None:
         self._events: list[str] = []
@@ -58,3 +63,12 @@ class CalculatorHandler:
 
     def add(self, a: int, b: int) -> int:
         return a + b
+
+
+def reload_on_hangup(server: object) -> None:
+    """Make SIGHUP restart a multi-process server's children one by one (each new one
+    serving before the old one stops; see rpc/processes.py); nothing for one process.
+    Call it in the main thread."""
+    if isinstance(server, ProcessServer):
+        reload = server.reload
+        signal.signal(signal.SIGHUP, lambda signum, frame: reload())

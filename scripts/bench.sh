@@ -13,6 +13,9 @@
 # Usage: scripts/bench.sh [--duration S] [--warmup S] [--servers a,b] [--scenarios c1,c16]
 #                         [--tls] [--forms] [--json] [--strace] [--baseline DIR]
 #                         (all arguments go to bench_servers.py)
+#   cpu64 (in the default set) runs the multi-core comparison of issue 18: ours in one
+#            process, ours with processes=2, and gunicorn-thrift with 2 workers (sync,
+#            and gevent);
 #   --tls    adds the mutual-TLS scenarios (tls16, tls256, handshakes);
 #   --forms  adds the other client forms (compact16: framed compact; unframed16 and
 #            unframed256: unframed binary), ours against thriftpy2's threaded server
@@ -33,6 +36,22 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
   echo "bench: installing the bench extras into .venv" >&2
   .venv/bin/pip install --quiet -e '.[bench]' >&2
   touch "$stamp"
+fi
+
+# gunicorn-thrift, the multi-core scenario's peer (cpu64), pins gunicorn 19.9.0,
+# gevent < 1.5 and setproctitle 1.1.10: the last two do not build on Python 3.11. So:
+# gunicorn 19.9.0 (20 dropped gunicorn.six, which gunicorn-thrift imports), a current
+# gevent (its thriftpy_gevent worker runs on it), then gunicorn-thrift without its pins
+# (thriftpy2 is ours already). If that fails, the scenario reports it unavailable.
+gstamp=.venv/.nimbus-bench-gunicorn-stamp
+if [ ! -f "$gstamp" ]; then
+  echo "bench: installing gunicorn-thrift into .venv" >&2
+  if .venv/bin/pip install --quiet 'gunicorn==19.9.0' 'gevent>=24' >&2 &&
+     .venv/bin/pip install --quiet --no-deps 'gunicorn-thrift==0.2.25' >&2; then
+    touch "$gstamp"
+  else
+    echo "bench: could not install gunicorn-thrift; it will be reported unavailable" >&2
+  fi
 fi
 
 missing=()

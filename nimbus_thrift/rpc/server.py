@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import structlog
 
@@ -24,6 +24,9 @@ from .metrics import MetricsSnapshot, ServerState
 from .options import OptionError, ServerOptions
 from .selector import Selector
 from .unixsock import bind_unix
+
+if TYPE_CHECKING:
+    from .processes import ProcessServer
 
 log = structlog.get_logger(__name__)
 
@@ -174,9 +177,21 @@ class Server:
             self._stopped.set()
 
 
+@overload
+def make_server(service: ModuleType | Any, handler: object, host: str = ..., port: int = ...,
+                *, services: dict[str, tuple[Any, object]] | None = ...,
+                processes: Literal[1] = ..., **options: Any) -> Server: ...
+
+
+@overload
+def make_server(service: ModuleType | Any, handler: object, host: str = ..., port: int = ...,
+                *, services: dict[str, tuple[Any, object]] | None = ...,
+                processes: int, **options: Any) -> "Server | ProcessServer": ...
+
+
 def make_server(service: ModuleType | Any, handler: object, host: str = "127.0.0.1",
                 port: int = 0, *, services: dict[str, tuple[Any, object]] | None = None,
-                **options: Any) -> Server:
+                processes: int = 1, **options: Any) -> "Server | ProcessServer":
     """Build a server for a thriftpy2 service and its handler.
 
     Args:
@@ -185,6 +200,11 @@ def make_server(service: ModuleType | Any, handler: object, host: str = "127.0.0
         handler: the object whose methods implement ``service``.
         host, port: where to listen; port 0 picks a free port (read it from ``start()``).
         services: ``{"Name": (service, handler)}`` for TMultiplexedProtocol clients.
+        processes: 1 (the default) is one :class:`Server` in this process; N > 1 is a
+            :class:`~nimbus_thrift.rpc.processes.ProcessServer`: a supervising parent
+            and N forked children on one shared listening socket, each with its own
+            copy of the handlers (see rpc/processes.py for what that means for their
+            state) and 1/N of the memory budgets.
         **options: any :class:`~nimbus_thrift.rpc.options.ServerOptions` field, e.g.
             ``transports=("framed",)`` or ``protocols=("binary",)`` to accept fewer
             forms of client than all (rpc/forms.py).
@@ -202,4 +222,25 @@ def make_server(service: ModuleType | Any, handler: object, host: str = "127.0.0
                             transports=opts.transports, protocols=opts.protocols,
                             max_message_size=opts.max_frame_size,
                             method_metrics=opts.method_metrics)
-    return Server(dispatcher, host, port, opts)
+    if processes == 1 and not isinstance(processes, bool):
+        return Server(dispatcher, host, port, opts)
+    # Imported only here: a one-process server pays nothing for the other kind.
+    from .processes import ProcessServer
+    from .supervision import check_processes
+
+    check_processes(processes, opts)
+
+    def build_child(listener: socket.socket, child_opts: ServerOptions,
+                    address: tuple[str, int]) -> Server:
+        # Runs in a forked child: a Server whose selector accepts from `listener` (the
+        # connections the parent hands over, see rpc/handoff.py): what Server._bind
+        # makes, less the bind (and with no Unix socket, which check_processes refuses
+        # for processes > 1).
+        server = Server(dispatcher, address[0], address[1], child_opts)
+        server._listener = listener
+        server._selector = Selector(listener, dispatcher, child_opts, server._budget,
+                                    server._state, None)
+        server.address = address
+        return server
+
+    return ProcessServer(build_child, host, port, opts, processes)

@@ -17,6 +17,10 @@ Scenarios (payload = the string echoed):
 
     c1, c16, c256   1, 16, 256 connections, 16-byte payload: calls/s, p50/p99 latency
     1mib            4 connections, 1 MiB payload: MB/s (payload bytes x calls / s)
+    cpu64           64 connections, each echo spending ~200 us of Python CPU (issue 18):
+                    ours in one process and with processes=2, gunicorn-thrift with 2
+                    workers (sync and gevent); servers on both cores, measured in
+                    rotating rounds (CPU_ROUNDS), ratios against issue 18's targets
 
 TLS scenarios (not in the default set: --tls adds them, or name them in --scenarios),
 run for the servers that serve TLS here (nimbus, thriftpy2-threaded, cpp-nonblocking,
@@ -140,7 +144,16 @@ CPP = "cpp-nonblocking"
 #: The ceiling: a single-threaded C epoll server answering echo calls without decoding
 #: them (c_echo.c); shown beside the others, never counted as a peer.
 CEILING = "c-echo"
-SERVERS = ("nimbus", *PYTHON_PEERS, "java-hsha", CPP, CEILING)
+#: The multi-core scenario's own servers (issue 18; they run nothing else): ours with
+#: make_server(processes=CPU_PROCESSES), and gunicorn-thrift with as many workers (its
+#: pre-fork master, thriftpy2's Cython framed binary in each worker).
+NIMBUS_PROCS = "nimbus-2proc"
+GUNICORN = "gunicorn-thrift"
+#: gunicorn-thrift with its gevent worker, which serves every connection (the sync
+#: worker serves one per process at a time, and the other clients wait).
+GUNICORN_GEVENT = "gunicorn-thrift-gevent"
+SERVERS = ("nimbus", *PYTHON_PEERS, "java-hsha", CPP, CEILING, NIMBUS_PROCS, GUNICORN,
+           GUNICORN_GEVENT)
 #: The servers with a TLS mode here (peer_servers.py --tls-dir; the C++ server's
 #: certificate argument), and why the others have none.
 TLS_SERVERS = ("nimbus", "thriftpy2-threaded", CPP, BASELINE)
@@ -168,6 +181,25 @@ NO_FORMS = {name: "issue 17 compares ours with thriftpy2-threaded only"
 #: thread-per-connection peer would start 10,000 threads, and the others are not
 #: asked for it; the baseline checkout may predate the bench server's connection limits.
 IDLE_SERVERS = ("nimbus", CEILING)
+#: The multi-core scenario runs on these: ours in one process ("nimbus", the same
+#: server as every other scenario's, started again with the CPU-bound handler), ours in
+#: CPU_PROCESSES, and gunicorn-thrift with CPU_PROCESSES workers. The server is not
+#: pinned there (it may use both cores; loadgen stays on LOADGEN_CORE).
+CPU_SERVERS = ("nimbus", NIMBUS_PROCS, GUNICORN, GUNICORN_GEVENT)
+CPU_ONLY = (NIMBUS_PROCS, GUNICORN, GUNICORN_GEVENT)
+CPU_PROCESSES = 2
+#: Iterations of peer_servers.burn() per echo: ~200 us of Python CPU on the bench
+#: machine (time.process_time over 500 calls: 6000 iterations, 200 us).
+CPU_WORK = 6000
+#: Issue 18's targets: CPU_PROCESSES processes against one, and against gunicorn-thrift.
+CPU_TARGET_VS_ONE = 1.7
+CPU_TARGET_VS_GUNICORN = 1.3
+#: The CPU scenario runs in rounds: every CPU server is started once (with the
+#: CPU-bound handler, in a process of its own, idle while the others are measured),
+#: then each round measures each of them in turn, the order rotating, and a server's
+#: figure is its median round. Other processes' load on a shared machine changes from
+#: one second to the next; rounds give every server the same mix of it.
+CPU_ROUNDS = 3
 #: The framed binary scenario each form's figures are shown beside.
 FORM_REFERENCE = {16: "c16", 256: "c256"}
 JAVA_JAR_CANDIDATES = (
@@ -201,6 +233,9 @@ class Scenario:
     #: The client form loadgen sends (loadgen --transport, --protocol).
     transport: str = "framed"
     protocol: str = "binary"
+    #: Iterations of peer_servers.burn() each echo does (the server runs with
+    #: --cpu-work, in a process of its own, on CPU_SERVERS only); 0: none.
+    cpu_work: int = 0
 
     @property
     def form(self) -> tuple[str, str]:
@@ -220,6 +255,7 @@ SCENARIOS = {
         Scenario("c256", 256, 16, "256 conns"),
         Scenario("1mib", 4, 1 << 20, "4 conns x 1 MiB", bulk=True),
         Scenario("idle10k", 16, 16, "16 conns + 10k idle", idle=10_000),
+        Scenario("cpu64", 64, 16, "64 conns, ~200us CPU/call", cpu_work=CPU_WORK),
         Scenario("tls16", 16, 16, "TLS 16 conns", tls=True),
         Scenario("tls256", 256, 16, "TLS 256 conns", tls=True),
         Scenario("handshakes", 16, 16, "TLS handshakes", tls=True,
@@ -261,6 +297,10 @@ class ServerResult:
     #: that of its one process, which serves every form).
     forms_status: dict[str, tuple[str, str]] = field(default_factory=dict)
     forms_rss_peak_kib: int | None = None
+    #: The multi-core scenario's process (started with the CPU-bound handler): "" (not
+    #: run), ok, unavailable or failed; its peak RSS is that of the parent only.
+    cpu_status: str = ""
+    cpu_reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -273,6 +313,8 @@ class ServerResult:
             "forms_status": {k: {"status": st, "reason": why}
                              for k, (st, why) in self.forms_status.items()},
             "forms_rss_peak_kib": self.forms_rss_peak_kib,
+            "cpu_status": self.cpu_status or None,
+            "cpu_reason": self.cpu_reason,
             "scenarios": self.scenarios,
             "strace": self.strace,
         }
@@ -447,11 +489,22 @@ def run_build(cmd: list[str]) -> None:
 
 
 def server_command(name: str, port: int, baseline: Path | None = None,
-                   tls_dir: Path | None = None, form: tuple[str, str] = DEFAULT_FORM) -> list[str]:
+                   tls_dir: Path | None = None, form: tuple[str, str] = DEFAULT_FORM,
+                   cpu_work: int = 0) -> list[str]:
     """The argv that runs server `name` on `port` (with mutual TLS when `tls_dir` is
     given; serving the client `form` (transport, protocol) when it is not framed
-    binary: only FORM_PEER is told); builds what it needs first."""
+    binary: only FORM_PEER is told; with a CPU-bound echo given `cpu_work`, on
+    CPU_SERVERS); builds what it needs first."""
     py = [sys.executable, str(BENCH / "peer_servers.py")]
+    if name in CPU_SERVERS and cpu_work:
+        work = ["--cpu-work", str(cpu_work)]
+        if name in (GUNICORN, GUNICORN_GEVENT):
+            kind = ["--worker-class", "gevent"] if name == GUNICORN_GEVENT else []
+            return [*py, GUNICORN, "--port", str(port), "--workers", str(CPU_PROCESSES),
+                    *kind, *work]
+        procs = ["--processes", str(CPU_PROCESSES)] if name == NIMBUS_PROCS else []
+        return [*py, "nimbus", "--port", str(port), "--workers", str(WORKER_THREADS),
+                *procs, *work]
     tls = [] if tls_dir is None else ["--tls-dir", str(tls_dir)]
     if form != DEFAULT_FORM:
         assert name == FORM_PEER, name
@@ -553,15 +606,23 @@ def vm_rss_kib(pid: int) -> int | None:
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of all threads of `pid` so far."""
+    """User + system CPU time of all threads of `pid` so far, and of its live child
+    processes (a pre-forking server's workers; none for the others)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
+    children = 0.0
+    for kids in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            pids = kids.read_text().split()
+        except OSError:
+            continue
+        children += sum(cpu_seconds(int(kid)) or 0.0 for kid in pids)
     # Fields after the parenthesised command name; utime and stime are fields 14, 15.
     fields = stat.rsplit(")", 1)[1].split()
     ticks = int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return ticks / os.sysconf("SC_CLK_TCK") + children
 
 
 def system_busy_seconds() -> float:
@@ -792,9 +853,11 @@ def bench_server(name: str, scenarios: list[Scenario], cfg: RunConfig, want_stra
     res = ServerResult(name)
     forms = [sc for sc in scenarios if sc.other_form and name in FORM_SERVERS]
     # Ours detects the form: its other forms run in the framed binary process.
-    plain = [sc for sc in scenarios if not sc.tls and not sc.other_form] + (
-        forms if name in DETECTS_FORM else [])
+    plain = [sc for sc in scenarios if not sc.tls and not sc.other_form and not sc.cpu_work
+             and name not in CPU_ONLY] + (forms if name in DETECTS_FORM else [])
     secure = [sc for sc in scenarios if sc.tls]
+    # The CPU scenarios run after every server's other scenarios, in rounds
+    # (run_cpu_rounds).
     if plain:
         res.status, res.reason, res.rss_peak_kib = run_server(name, plain, cfg, res, want_strace)
         if name in DETECTS_FORM and forms:
@@ -879,6 +942,89 @@ def run_server(name: str, scenarios: list[Scenario], cfg: RunConfig, res: Server
     finally:
         stop_process(proc)
     return status, reason, rss
+
+
+def run_cpu_rounds(results: dict[str, ServerResult], scenarios: list[Scenario],
+                   cfg: RunConfig) -> None:
+    """Run the CPU scenarios on the CPU_SERVERS among ``results`` in CPU_ROUNDS rounds
+    (see there); each server's median round goes to its results, with every round's
+    calls/s beside it ("rounds")."""
+    cpu = [sc for sc in scenarios if sc.cpu_work]
+    names = [n for n in CPU_SERVERS if n in results and results[n].status != "not run"]
+    if not cpu or not names:
+        return
+    logs = BUILD / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    started: dict[str, tuple[subprocess.Popen[bytes], int, Path]] = {}
+
+    def fail(name: str, status: str, reason: str) -> None:
+        res = results[name]
+        res.cpu_status, res.cpu_reason = status, reason
+        if name in CPU_ONLY:
+            res.status, res.reason = status, reason
+        log(f"{name} (CPU scenario): {status} ({reason})")
+
+    try:
+        for name in names:
+            try:
+                port = free_port()
+                cmd = server_command(name, port, cfg.baseline, cpu_work=CPU_WORK)
+            except Unavailable as exc:
+                fail(name, "unavailable", str(exc))
+                continue
+            out_path, err_path = logs / f"{name}-cpu.out", logs / f"{name}-cpu.err"
+            with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f:
+                proc = subprocess.Popen(
+                    cmd, stdin=subprocess.DEVNULL, stdout=out_f, stderr=err_f, cwd=REPO,
+                    env=server_env(cfg),
+                    # Both cores (this script runs pinned to LOADGEN_CORE, and its
+                    # children would inherit that).
+                    preexec_fn=(lambda: os.sched_setaffinity(0, {SERVER_CORE, LOADGEN_CORE}))
+                    if cfg.pin else None,
+                )
+            try:
+                wait_listening(proc, port, err_path)
+            except Unavailable as exc:
+                stop_process(proc)
+                fail(name, "unavailable", str(exc))
+                continue
+            log(f"{name}-cpu: pid {proc.pid} listening on {HOST}:{port}")
+            started[name] = (proc, port, err_path)
+            results[name].cpu_status = "ok"
+        for sc in cpu:
+            rounds: dict[str, list[dict[str, Any]]] = {n: [] for n in started}
+            order = list(started)
+            for r in range(CPU_ROUNDS):
+                for name in order[r % len(order):] + order[:r % len(order)]:
+                    proc, port, err_path = started[name]
+                    if results[name].cpu_status != "ok":
+                        continue
+                    if proc.poll() is not None:
+                        fail(name, "failed", f"exited with {proc.returncode}: "
+                                             f"{last_lines(err_path)}")
+                        continue
+                    try:
+                        result = run_loadgen(port, sc, cfg, server_pid=proc.pid)
+                    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                        fail(name, "failed", str(exc))
+                        continue
+                    rounds[name].append(result)
+                    log(f"{name} {sc.name} round {r + 1}/{CPU_ROUNDS}: "
+                        f"{result['calls_per_s']:.0f} calls/s, p50 {result['latency_us']['p50']} us, "
+                        f"cpu server {result.get('server_cpu_util', 0):.0%} "
+                        f"loadgen {result['cpu_util']:.0%} other {result.get('other_cpu_util', 0):.0%}")
+            for name, done in rounds.items():
+                if done:
+                    ranked = sorted(done, key=lambda x: x["calls_per_s"])
+                    median = dict(ranked[len(ranked) // 2])
+                    median["rounds_calls_per_s"] = [round(x["calls_per_s"]) for x in done]
+                    results[name].scenarios[sc.name] = median
+        for name, (proc, _, _) in started.items():
+            if name in CPU_ONLY:
+                results[name].rss_peak_kib = vm_hwm_kib(proc.pid)
+    finally:
+        for proc, _, _ in started.values():
+            stop_process(proc)
 
 
 # --------------------------------------------------------------------------- reporting
@@ -1054,7 +1200,8 @@ def comparisons(results: list[ServerResult], scenarios: list[Scenario]) -> dict[
     out: dict[str, Any] = {"vs_best_python_peer": {}, "p99_vs_java": None, "vs_baseline": {},
                            "vs_ceiling": {}, "idle": None,
                            "tls": tls_comparisons(results, scenarios),
-                           "forms": form_comparisons(results, scenarios)}
+                           "forms": form_comparisons(results, scenarios),
+                           "cpu": cpu_comparisons(results, scenarios)}
     if ours is None:
         return out
     base = by_name.get(BASELINE)
@@ -1208,9 +1355,95 @@ def render_forms(results: list[ServerResult], scenarios: list[Scenario],
     return lines
 
 
+def cpu_comparisons(results: list[ServerResult], scenarios: list[Scenario]) -> dict[str, Any]:
+    """Issue 18's multi-core ratios: ours in CPU_PROCESSES processes against ours in
+    one, and against gunicorn-thrift with CPU_PROCESSES workers, in each CPU scenario."""
+    by_name = {r.name: r for r in results}
+    out: dict[str, Any] = {}
+
+    def rate(name: str, sc: str) -> float | None:
+        res = by_name.get(name)
+        r = res.scenarios.get(sc) if res else None
+        return r["calls_per_s"] if r and r["calls"] else None
+
+    for sc in (sc for sc in scenarios if sc.cpu_work):
+        procs = rate(NIMBUS_PROCS, sc.name)
+        entry: dict[str, Any] = {"connections_answered": {}}
+        for key, other, target in (("vs_one_process", "nimbus", CPU_TARGET_VS_ONE),
+                                   ("vs_gunicorn", GUNICORN, CPU_TARGET_VS_GUNICORN),
+                                   ("vs_gunicorn_gevent", GUNICORN_GEVENT,
+                                    CPU_TARGET_VS_GUNICORN)):
+            theirs = rate(other, sc.name)
+            if procs and theirs:
+                entry[key] = {"ratio": round(procs / theirs, 3), "target": target,
+                              "met": procs / theirs >= target}
+        entry["calls_per_cpu_second"] = {}
+        for name in CPU_SERVERS:
+            res = by_name.get(name)
+            r = res.scenarios.get(sc.name) if res else None
+            if r and r["calls"] and r.get("server_cpu_util"):
+                # What a server does with the CPU it gets: on a shared machine the
+                # share each server gets varies from run to run, this much less.
+                entry["calls_per_cpu_second"][name] = round(
+                    r["calls_per_s"] / r["server_cpu_util"])
+            if r and r["calls"]:
+                # Little's law: calls/s x mean latency is how many connections had a
+                # call answered on average. A connection whose call is never answered
+                # adds nothing to either (loadgen only times answered calls). Calls
+                # begun before the window can push it a little over the count.
+                entry["connections_answered"][name] = round(min(
+                    sc.connections, r["calls_per_s"] * r["latency_us"]["mean"] / 1e6), 1)
+        out[sc.name] = entry
+    return out
+
+
+def render_cpu(results: list[ServerResult], scenarios: list[Scenario],
+               comp: dict[str, Any]) -> list[str]:
+    """The multi-core section: its table and issue 18's ratios."""
+    cpu = [sc for sc in scenarios if sc.cpu_work]
+    shown = [r for r in results if r.name in CPU_SERVERS and (r.cpu_status or r.scenarios)]
+    lines = ["", f"More than one core (issue 18), {CPU_ROUNDS} rounds: echo spends {CPU_WORK} iterations of Python "
+                 f"(~200 us of CPU) per call; servers not pinned (both cores), loadgen on core "
+                 f"{LOADGEN_CORE}; nimbus = make_server() in one process, {NIMBUS_PROCS} = "
+                 f"processes={CPU_PROCESSES}, {GUNICORN} = {CPU_PROCESSES} workers "
+                 f"(thriftpy_sync), {GUNICORN_GEVENT} = {CPU_PROCESSES} workers "
+                 "(thriftpy_gevent).", ""]
+    if shown:
+        lines.append(render_table(shown, cpu))
+    for res in shown:
+        if res.cpu_status in ("unavailable", "failed"):
+            lines.append(f"{res.name} (CPU scenario): {res.cpu_status} ({res.cpu_reason})")
+    for sc in cpu:
+        e = comp["cpu"].get(sc.name, {})
+        answered = e.get("connections_answered", {})
+        by_name = {r.name: r for r in results}
+        rounds = {n: by_name[n].scenarios[sc.name].get("rounds_calls_per_s")
+                  for n in CPU_SERVERS if n in by_name and sc.name in by_name[n].scenarios}
+        if rounds:
+            lines.append(f"calls/s in each of the {CPU_ROUNDS} rounds (the table shows each "
+                         "server's median round): "
+                         + "; ".join(f"{n} {', '.join(f'{v:,}' for v in rs or [])}"
+                                     for n, rs in rounds.items()))
+        per_cpu = e.get("calls_per_cpu_second", {})
+        if per_cpu:
+            lines.append("Calls per second of server CPU (all its processes): "
+                         + ", ".join(f"{n} {v:,}" for n, v in per_cpu.items()))
+        if answered:
+            lines.append(f"Connections answered on average, of {sc.connections} (calls/s x mean "
+                         "latency): " + ", ".join(f"{n} {v:g}" for n, v in answered.items()))
+        for key, other, target in (("vs_one_process", "nimbus (one process)", CPU_TARGET_VS_ONE),
+                                   ("vs_gunicorn", GUNICORN, CPU_TARGET_VS_GUNICORN),
+                                   ("vs_gunicorn_gevent", GUNICORN_GEVENT,
+                                    CPU_TARGET_VS_GUNICORN)):
+            lines.append(f"{NIMBUS_PROCS} / {other}: "
+                         + (f"{e[key]['ratio']:.3f}x calls/s (target >= {target:g}x: "
+                            f"{met(e[key]['met'])})" if key in e else "not measured"))
+    return lines
+
+
 def render_report(results: list[ServerResult], scenarios: list[Scenario], cfg: RunConfig,
                   comp: dict[str, Any], tls: TLSSetup | None = None) -> str:
-    plain = [sc for sc in scenarios if not sc.tls and not sc.other_form]
+    plain = [sc for sc in scenarios if not sc.tls and not sc.other_form and not sc.cpu_work]
     lines = [
         f"Echo benchmark: closed loop, {cfg.duration:g} s measured after {cfg.warmup:g} s warm-up per scenario; "
         + (f"server on core {SERVER_CORE}, loadgen on core {LOADGEN_CORE}" if cfg.pin else "NOT pinned (fewer than 2 cores)")
@@ -1220,7 +1453,9 @@ def render_report(results: list[ServerResult], scenarios: list[Scenario], cfg: R
            if cfg.tuned_malloc else "glibc's default settings (--untuned-malloc)"),
     ]
     if plain:
-        lines += ["", render_table(results, plain)]
+        lines += ["", render_table([r for r in results if r.name not in CPU_ONLY], plain)]
+    if any(sc.cpu_work for sc in scenarios):
+        lines += render_cpu(results, scenarios, comp)
     if any(sc.other_form for sc in scenarios):
         lines += render_forms(results, scenarios, comp)
     if tls is not None and any(sc.tls for sc in scenarios):
@@ -1359,6 +1594,10 @@ def runs_on(name: str, sc: Scenario) -> bool:
         return name in TLS_SERVERS
     if sc.other_form:
         return name in FORM_SERVERS
+    if sc.cpu_work:
+        return name in CPU_SERVERS
+    if name in CPU_ONLY:
+        return False
     if sc.idle:
         return name in IDLE_SERVERS
     return True
@@ -1453,6 +1692,7 @@ def main(argv: list[str] | None = None) -> int:
             if status != "ok" and name not in DETECTS_FORM:
                 log(f"{name} ({form}): {status} ({reason})")
         results.append(res)
+    run_cpu_rounds({r.name: r for r in results}, scenarios, cfg)
     comp = comparisons(results, scenarios)
 
     if args.json:
