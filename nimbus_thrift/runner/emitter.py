@@ -88,12 +88,24 @@ class Emitter:
         width. Column by column with itemgetter: ``zip(*rows)`` is ten times slower."""
         decl = self.by_name[stream]
         width = len(decl.columns)
+        # A string is a sequence too: ["word"] instead of [("word",)] is a mistake.
+        kinds = set(map(type, rows))
+        if width == 1 and kinds <= _PLAIN_ROWS:
+            # One field (a split's words): unpacking checks the width and takes the
+            # values in one pass, half the time of len() then itemgetter (measured).
+            try:
+                values = [value for (value,) in rows]
+            except ValueError:
+                pass                                # a row of another width: named below
+            else:
+                column = decl.columns[0]
+                if column.type == "object":
+                    values = pickled(self.node, stream, column, values)
+                return [values]
         try:
             widths = set(map(len, rows))
         except TypeError:
             widths = {-1}
-        # A string is a sequence too: ["word"] instead of [("word",)] is a mistake.
-        kinds = set(map(type, rows))
         if widths != {width} or str in kinds or bytes in kinds:
             bad = next(r for r in rows
                        if isinstance(r, (str, bytes)) or not _has_len(r, width))
@@ -180,6 +192,10 @@ class Emitter:
             return 0, {}
         return total, {name: arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
                        for name, arrays in parts.items()}
+
+
+#: Row types whose unpacking is exactly their length check (no str, bytes, dict, ...).
+_PLAIN_ROWS = frozenset((tuple, list))
 
 
 def _has_len(row: Any, width: int) -> bool:

@@ -39,6 +39,33 @@ def test_wordcount_counts_exactly(spark, tmp_path):
     assert figures["count"].emitted == words      # CountBolt emits per word
 
 
+def test_stateful_output_in_many_arrow_batches_keeps_every_row_in_order(spark, tmp_path):
+    # 7 rows per Arrow batch: every key's output is cut for PySpark's buffering
+    # (tasks.output_cuts), several times per key.
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    spark.conf.set(key, "7")
+    try:
+        result = run_bounded(wordcount.WordCount, spark, tmp_path, conf={"sentences": 400})
+    finally:
+        spark.conf.unset(key)
+    seen: dict[str, list[int]] = {}
+    for word, count in result.tuples("count"):
+        seen.setdefault(word, []).append(count)
+    expected = wordcount.expected_counts(400)
+    assert {w: counts for w, counts in seen.items()} == \
+        {w: list(range(1, n + 1)) for w, n in expected.items()}
+
+
+def test_an_uncollected_run_writes_its_one_leaf_to_the_noop_sink(spark, tmp_path):
+    # One export and no tail: the stateful output goes to the noop sink as it is.
+    result = run_bounded(wordcount.WordCount, spark, tmp_path, collect=False,
+                         conf={"sentences": 1000, "topology.max.spout.pending": 300})
+    words = sum(wordcount.expected_counts(1000).values())
+    assert result.batches == 2 and result.tuples("count") == []
+    assert (result.figures["count"].processed, result.figures["count"].emitted) == (words,
+                                                                                    words)
+
+
 class ColumnSplitBolt(Bolt):
     """Splits a sentence into a column of words (mapInArrow)."""
 
