@@ -195,6 +195,15 @@ class NimbusConfig:
     #: launcher: each driver's heap, spark.driver.memory, and its process around it);
     #: a submit that would pass it is refused. 0 means 80 % of the machine's memory.
     spark_memory_budget: int = 0
+    #: Idle Spark applications the spark launcher keeps warmed up, so that a submit
+    #: without spark.* settings of its own starts in seconds (a standby driver takes
+    #: it); -1 means 1 on a local master with PySpark's own spark-submit, else 0 (on
+    #: spark:// a standby would hold cluster cores).
+    standby_drivers: int = -1
+    #: Bytes of this machine's memory standby drivers may hold together, within
+    #: spark_memory_budget (they only take what topologies leave); 0 means as much as
+    #: standby_drivers drivers of the default size take.
+    standby_memory: int = 0
     #: Seconds a call waits for the launcher before answering (it then runs on).
     launcher_reply_wait_secs: float = DEFAULT_LAUNCHER_REPLY_WAIT_SECS
     log_level: str = "info"
@@ -254,6 +263,7 @@ _LIMITS = {  # field -> (lowest allowed, inclusive)
     "min_free_disk_bytes": 0,
     "max_components": 1, "max_code_parse_bytes": 1, "max_code_parse_total_bytes": 1,
     "max_topologies": 1, "spark_memory_budget": 0,
+    "standby_drivers": -1, "standby_memory": 0,
     "min_frame_rate": 1, "max_connections_per_peer": 0, "max_read_buffer_bytes_per_peer": 0,
     "max_unsent_reply_bytes": 1, "send_buffer_size": 0, "decoded_size_factor": 1,
 }

@@ -61,7 +61,8 @@ class UnscheduledLauncher:
 def _spark(config: Any) -> Launcher:
     # Imported when chosen: the module looks for PySpark and Java as it starts.
     from .spark.launcher import SparkLauncher
-    return SparkLauncher(config)
+    # The daemon's launcher keeps standby drivers (standby_drivers).
+    return SparkLauncher(config, standbys=True)
 
 
 BUILTIN: dict[str, Callable[[Any], Launcher]] = {

@@ -27,6 +27,10 @@ It also follows ``DIR/settings.json`` at each poll (:mod:`.settings`): named log
 levels, the root logger's carried over to Spark's own (JVM) log level, back to the
 level it had at start when the setting is removed or its time is up.
 
+With ``--standby PID:TICKS`` it is a standby driver instead (:mod:`.standby`): it
+warms up and waits to be handed a topology, then runs it as above
+(:func:`run_handed`).
+
 SIGTERM to this (Python) process is the same as ``stop``. A failed query gives status
 ``failed`` with a one-line ``error`` (naming the component whose code raised, also in
 ``error_component``) and exit code 1. A bounded run (``spec.run["bounded"]``) ends
@@ -36,6 +40,7 @@ with status ``finished`` and exit 0 once the spouts' data at the start is done.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
@@ -44,11 +49,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from ..topology.blobs import WORK_DIR_ENV
 from .loglevels import LogLevels
-from .rundir import RunDir, RunState
+from .rundir import STANDBY_READY, STANDBY_WARMING, RunDir, RunState
 from .settings import SettingsWatcher, configure_logging
 from .spec import RunSpec
 
+#: The topology's code as uploaded, in its work directory (the launcher's --py-files).
+CODE_ZIP = "code.zip"
 #: Seconds between status writes and control polls.
 POLL_S = 0.5
 #: ... until the first batch is done, so that "running" is seen as soon as it is.
@@ -93,6 +101,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                      description="Run one topology's Spark query.")
     parser.add_argument("--workdir", required=True, type=Path,
                         help="the topology's work directory (spec.json, code/, control)")
+    parser.add_argument("--standby", metavar="PID:TICKS",
+                        help="be a standby driver (:mod:`.standby`): warm up with the "
+                             "spec in --workdir, then wait for a hand-off; exit if "
+                             "the daemon PID started at TICKS is gone")
     return parser.parse_args(argv)
 
 
@@ -106,12 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     stop = _StopSignal()
     stop.install()
     configure_logging()
+    if args.standby is not None:
+        return _run_standby(run_dir, args.standby, stop)
     status = Status(run_dir)
     status.write()
-    try:
-        spec = RunSpec.read(run_dir.spec)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        status.write(state="failed", error=f"cannot read {run_dir.spec}: {exc}")
+    spec = _read_spec(run_dir, status)
+    if spec is None:
         return EXIT_FAILED
     if run_dir.code.is_dir():
         sys.path.insert(0, str(run_dir.code))
@@ -121,12 +133,95 @@ def main(argv: list[str] | None = None) -> int:
         context = spark.sparkContext
         status.write(app_id=context.applicationId, ui_url=context.uiWebUrl or "")
     except Exception as exc:
-        status.write(state="failed", error=_one_line(exc))
+        status.write(state="failed", error=one_line(exc))
         return EXIT_FAILED
+    return _serve(spark, spec, run_dir, status, stop)
+
+
+def run_handed(spark: Any, run_dir: RunDir, stop: "_StopSignal") -> int:
+    """Run the topology of ``run_dir`` in ``spark``, the session of a standby driver
+    that was handed it (:mod:`.standby`), as :func:`main` runs it in a new one.
+
+    What a cold start passes on its command line comes from the work directory here:
+    the code (``code/`` on this process's path, ``code.zip`` to the Python workers as
+    ``--py-files`` would), and the work directory, which the standby's environment
+    names through its ``current`` link (made by the launcher before the hand-off)."""
+    status = Status(run_dir)
+    context = spark.sparkContext
+    status.write(app_id=context.applicationId, ui_url=context.uiWebUrl or "")
+    spec = _read_spec(run_dir, status)
+    if spec is None:
+        spark.stop()
+        return EXIT_FAILED
+    os.environ[WORK_DIR_ENV] = str(run_dir.root)
+    try:
+        os.chdir(run_dir.root)          # where a cold driver starts
+        if run_dir.code.is_dir():
+            sys.path.insert(0, str(run_dir.code))
+            importlib.invalidate_caches()
+        code_zip = run_dir.root / CODE_ZIP
+        if code_zip.is_file():
+            context.addPyFile(str(code_zip))
+    except Exception as exc:
+        status.write(state="failed", error=one_line(exc))
+        spark.stop()
+        return EXIT_FAILED
+    return _serve(spark, spec, run_dir, status, stop)
+
+
+def _run_standby(run_dir: RunDir, parent: str, stop: "_StopSignal") -> int:
+    """A standby driver's life (:mod:`.standby`): warm up, wait, run what it is
+    handed."""
+    from .standby import parse_parent, process_alive, wait_for_handoff, warm_up
+    try:
+        pid, ticks = parse_parent(parent)
+    except ValueError as exc:
+        print(f"spark_main: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    status = Status(run_dir)
+    status.write(state=STANDBY_WARMING)
+    try:
+        from pyspark.sql import SparkSession
+        spark = SparkSession.builder.getOrCreate()
+        context = spark.sparkContext
+        status.write(app_id=context.applicationId, ui_url=context.uiWebUrl or "")
+    except Exception as exc:
+        status.write(state="failed", error=one_line(exc))
+        return EXIT_FAILED
+    try:
+        warm_up(spark, run_dir, interrupted=run_dir.handoff.exists)
+    except Exception as exc:
+        if not run_dir.handoff.exists():
+            status.write(state="failed", error=one_line(exc))
+            spark.stop()
+            return EXIT_FAILED
+        # Handed a topology already: it runs in the session there is.
+        print(f"spark_main: the warm-up was cut short: {one_line(exc)}", file=sys.stderr)
+    status.write(state=STANDBY_READY)
+    work = wait_for_handoff(run_dir, lambda: process_alive(pid, ticks),
+                            lambda: stop.received)
+    if work is None:
+        status.write(state="stopped")
+        spark.stop()
+        return EXIT_OK
+    return run_handed(spark, RunDir(work), stop)
+
+
+def _read_spec(run_dir: RunDir, status: Status) -> RunSpec | None:
+    try:
+        return RunSpec.read(run_dir.spec)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        status.write(state="failed", error=f"cannot read {run_dir.spec}: {exc}")
+        return None
+
+
+def _serve(spark: Any, spec: RunSpec, run_dir: RunDir, status: Status,
+           stop: "_StopSignal") -> int:
+    """Run the topology's query until it ends or is stopped, then stop the session."""
     try:
         return _run(spark, spec, run_dir, status, stop)
     except Exception as exc:            # the JVM went away, or a bug of ours
-        status.write(state="failed", error=_one_line(exc))
+        status.write(state="failed", error=one_line(exc))
         return EXIT_FAILED
     finally:
         spark.stop()
@@ -149,11 +244,12 @@ def _jvm_root_level(spark: Any) -> Any:
             context.setLogLevel(level or original)
         except Exception as exc:        # noqa: BLE001 - the Python loggers changed
             print(f"spark_main: cannot set Spark's log level to {level or original}: "
-                  f"{_one_line(exc)}", file=sys.stderr)
+                  f"{one_line(exc)}", file=sys.stderr)
     return set_level
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """``Type: message``, its first line only (status.json's ``error``)."""
     lines = f"{type(exc).__name__}: {exc}".splitlines()
     return lines[0] if lines else type(exc).__name__
 
@@ -166,7 +262,7 @@ def _run(spark: Any, spec: RunSpec, run_dir: RunDir, status: Status,
         run = TopologyQuery(spark, spec, run_dir)
         query = run.start()
     except Exception as exc:
-        status.write(state="failed", error=_one_line(exc))
+        status.write(state="failed", error=one_line(exc))
         return EXIT_FAILED
     tracker = FigureTracker(run.plan)
     settings = SettingsWatcher(run_dir, LogLevels(on_root=_jvm_root_level(spark)))

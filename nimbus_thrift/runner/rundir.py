@@ -16,6 +16,20 @@
                        poll and by the Python workers at each task; a change applies
                        without a restart, and a relaunched application reads them again
 
+A standby driver (a Spark application started ahead of any topology, warmed up and
+waiting: ``nimbus/spark/standby.py``) has a directory of the same layout, whose
+``spec.json`` is its warm-up topology's, plus::
+
+      standby.json     the launcher's record of the standby (pid, start time, key)
+      current          a symbolic link to the work directory of the topology it was
+                       handed (its environment names this path, so that its Python
+                       workers see the topology's code and blobs once it is made)
+      handoff          the control channel: written once, by rename, by the launcher:
+                       {"work_dir": ...}; the standby polls for it, then runs that
+                       work directory's topology as a cold driver would
+
+and ``status.json`` says ``warming``, then ``ready`` while it waits.
+
 Both sides write by rename so a reader never sees half a file. No PySpark here.
 """
 
@@ -30,6 +44,9 @@ from pathlib import Path
 from typing import Any
 
 CONTROL_STATES = ("active", "paused", "stop")
+#: status.json states of a standby driver: warming up, then waiting for a hand-off.
+STANDBY_WARMING = "warming"
+STANDBY_READY = "ready"
 #: Level names a logger setting may name (Storm's, which are log4j's, and Python's
 #: WARNING and CRITICAL), upper case.
 LEVEL_NAMES = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "FATAL",
@@ -202,6 +219,9 @@ class RunDir:
         self.logs = self.root / "logs"
         self.launch = self.root / "launch.json"
         self.settings = self.root / "settings.json"
+        self.handoff = self.root / "handoff"
+        self.current = self.root / "current"
+        self.standby = self.root / "standby.json"
 
     def set_control(self, state: str) -> None:
         if state not in CONTROL_STATES:
@@ -224,6 +244,20 @@ class RunDir:
             return RunState.from_json(self.status.read_text())
         except (OSError, ValueError, TypeError):
             return None
+
+    def write_handoff(self, work_dir: Path) -> None:
+        """Hand a standby driver the topology whose work directory is ``work_dir``."""
+        write_atomic(self.handoff, json.dumps({"work_dir": str(work_dir)}))
+
+    def read_handoff(self) -> Path | None:
+        """The work directory a standby driver was handed, or None (not yet, or a file
+        that is not a hand-off)."""
+        try:
+            raw = json.loads(self.handoff.read_text())
+        except (OSError, ValueError):
+            return None
+        work = raw.get("work_dir") if isinstance(raw, dict) else None
+        return Path(work) if isinstance(work, str) and work else None
 
     def write_settings(self, settings: RunSettings) -> None:
         write_atomic(self.settings, settings.to_json())

@@ -21,6 +21,8 @@ the slow one.
 
 from __future__ import annotations
 
+import importlib
+import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -77,6 +79,14 @@ class SpoutReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _instances(self) -> dict[int, Any]:
         if self._spouts is None:
+            # The source runner imports the spout's module from the work directory's
+            # code: a cold driver's environment has it on PYTHONPATH, a standby's names
+            # it through a link made at the hand-off (see .standby), which this
+            # process may have looked up before the link existed.
+            code = str(Path(self.work_dir) / "code")
+            if code not in sys.path and Path(code).is_dir():
+                sys.path.insert(0, code)
+                importlib.invalidate_caches()
             self._spouts = {t: new_instance(self.topology, self.node, t, None)
                             for t in range(self.node.parallelism)}
         return self._spouts

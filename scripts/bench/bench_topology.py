@@ -15,7 +15,11 @@ in its SQLite sink (and to the 'running' status); ``--latency-runs N`` does it N
 (a daemon each), ``--breakdown`` prints when each step happened (from the work
 directory: launch.json, status.json, the checkpoint's offsets/0 and commits/0), and
 ``--keep DIR`` keeps each run's data directory and a copy of the topology's work
-directory (stderr with Spark's own log) in ``DIR/runN``.
+directory (stderr with Spark's own log) in ``DIR/runN``. ``--start warm`` submits once
+the daemon's standby driver is ready (standby_drivers=1), so the topology takes it;
+``--start cold`` runs without one (standby_drivers=0); ``both`` (the default) does N
+runs of each, alternating, and prints the two medians side by side; ``early`` submits
+as soon as the daemon listens, so the topology takes the standby while it warms up.
 
 The launcher keeps a mirror of Spark home and the driver's class archive in the user's
 cache directory (``$XDG_CACHE_HOME/nimbus-thrift``): the first launch on a machine
@@ -23,7 +27,7 @@ makes the archive (in the background, once it has run a batch), so it starts wit
 one. Point XDG_CACHE_HOME at an empty directory to measure that first launch.
 
     .venv/bin/python scripts/bench/bench_topology.py [--sentences 200000] [--rounds 3]
-    .venv/bin/python scripts/bench/bench_topology.py --skip-throughput --latency-runs 3 --breakdown
+    .venv/bin/python scripts/bench/bench_topology.py --skip-throughput --latency-runs 5 --breakdown
     XDG_CACHE_HOME=$(mktemp -d) .venv/bin/python scripts/bench/bench_topology.py \
         --skip-throughput --latency-runs 3 --until-archive    # first launch, then two more
 """
@@ -110,25 +114,31 @@ def throughput(args: argparse.Namespace) -> None:
 
 
 def first_output(args: argparse.Namespace) -> None:
-    runs = []
+    modes = ["warm", "cold"] if args.start == "both" else [args.start]
+    runs: dict[str, list[float]] = {mode: [] for mode in modes}
     for i in range(args.latency_runs):
-        if args.keep:
-            keep = Path(args.keep, f"run{i}")
-            keep.mkdir(parents=True, exist_ok=False)
-            runs.append(_first_output_once(args, keep))
-        else:
-            with tempfile.TemporaryDirectory() as tmp:
-                runs.append(_first_output_once(args, Path(tmp)))
-    if len(runs) > 1:
-        print("first counts: " + ", ".join(f"{r:.1f}" for r in runs) + " s; median "
-              f"{statistics.median(runs):.1f} s")
+        for mode in modes:         # alternating: a load that comes and goes hits both
+            print(f"run {i + 1}, {mode} start")
+            if args.keep:
+                keep = Path(args.keep, f"run{i}-{mode}")
+                keep.mkdir(parents=True, exist_ok=False)
+                runs[mode].append(_first_output_once(args, keep, mode))
+            else:
+                with tempfile.TemporaryDirectory() as tmp:
+                    runs[mode].append(_first_output_once(args, Path(tmp), mode))
+    for mode, seconds in runs.items():
+        print(f"first counts, {mode} start: " + ", ".join(f"{r:.1f}" for r in seconds)
+              + f" s; median {statistics.median(seconds):.1f} s")
+    if len(modes) == 2:
+        warm, cold = (statistics.median(runs[m]) for m in modes)
+        print(f"median warm / cold: {warm:.1f} / {cold:.1f} s = {warm / cold:.2f}")
 
 
 #: Milestones of the first output, in the order they happen, and how each is seen:
 #: the daemon's launch record, the driver's status.json (polled), the checkpoint's
 #: write-ahead log (file times), the sink's SQLite table (polled).
 MILESTONES = (
-    ("launched", "the daemon started spark-submit (launch.json)"),
+    ("launched", "the daemon started spark-submit or took a standby (launch.json)"),
     ("driver", "the Python driver started (status.json started_at)"),
     ("session", "SparkSession up (status.json has the app id)"),
     ("query", "query started (status.json rewritten after the app id)"),
@@ -139,9 +149,10 @@ MILESTONES = (
 )
 
 
-def _first_output_once(args: argparse.Namespace, tmp: Path) -> float:
+def _first_output_once(args: argparse.Namespace, tmp: Path, mode: str) -> float:
     db = Path(tmp, "wc.sqlite")
-    env = {**os.environ, "NIMBUS_THRIFT_LAUNCHER": "spark"}
+    env = {**os.environ, "NIMBUS_THRIFT_LAUNCHER": "spark", "NIMBUS_THRIFT_UI_PORT": "0",
+           "NIMBUS_THRIFT_STANDBY_DRIVERS": "0" if mode == "cold" else "1"}
     daemon = subprocess.Popen(
         [sys.executable, "-m", "nimbus_thrift.cli", "nimbus", "--port", "0",
          "--data-dir", f"{tmp}/data", "--log-level", "warning"],
@@ -158,6 +169,11 @@ def _first_output_once(args: argparse.Namespace, tmp: Path) -> float:
             raise SystemExit("nimbus did not start")
         from nimbus_thrift.client.client import NimbusClient
         from nimbus_thrift.runner.rundir import RunDir
+        if mode == "warm":
+            _wait_for_standby(Path(tmp, "data"))
+            # Spark ends Python workers idle for a minute: --standby-idle 90 measures
+            # a standby that waited longer than that (runner/worker_daemon.py).
+            time.sleep(args.standby_idle)
         with NimbusClient("127.0.0.1", port, timeout=60) as client:
             wall0 = time.time()
             t0 = time.monotonic()
@@ -219,6 +235,22 @@ def _first_output_once(args: argparse.Namespace, tmp: Path) -> float:
         daemon.wait(60)
 
 
+def _wait_for_standby(data_dir: Path, limit: float = 300.0) -> None:
+    """Wait until the daemon's standby driver is warmed up and waiting."""
+    from nimbus_thrift.runner.rundir import STANDBY_READY, RunDir
+    t0 = time.monotonic()
+    while True:
+        ready = [d for d in Path(data_dir, "standby").glob("*")
+                 if (status := RunDir(d).read_status()) is not None
+                 and status.state == STANDBY_READY]
+        if ready:
+            print(f"standby ready {time.monotonic() - t0:.1f} s after the daemon")
+            return
+        if time.monotonic() - t0 > limit:
+            raise SystemExit(f"no standby driver ready after {limit:.0f} s")
+        time.sleep(0.2)
+
+
 def _wait_for_class_archive(t0: float, limit: float = 300.0) -> None:
     """Let the topology run until the daemon has made the driver's class archive (it
     starts the dump once a batch is done), so that the next runs map it."""
@@ -253,6 +285,13 @@ def main() -> None:
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--latency-runs", type=int, default=1,
                         help="submit this many times, one daemon each (latency part)")
+    parser.add_argument("--start", choices=("both", "warm", "cold", "early"),
+                        default="both",
+                        help="latency: with a standby driver ready (warm), without "
+                             "(cold), each in turn (both), or as soon as the daemon "
+                             "listens, its standby still warming up (early)")
+    parser.add_argument("--standby-idle", type=float, default=0.0, metavar="SECS",
+                        help="latency, warm: submit this long after the standby is ready")
     parser.add_argument("--breakdown", action="store_true",
                         help="print when each step of the first output happened")
     parser.add_argument("--keep", metavar="DIR",

@@ -28,7 +28,10 @@ class DaemonProcess:
                    "--log-level", "info", "--ui-port", "0", *args],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
             # Submitted topologies are stored, not run: no Spark in these tests.
-            env={**os.environ, "NIMBUS_THRIFT_LAUNCHER": "none", **(env or {})})
+            env={**os.environ, "NIMBUS_THRIFT_LAUNCHER": "none",
+                 # No standby Spark driver taking CPU from the test (test_standby.py
+                 # asks for one explicitly).
+                 "NIMBUS_THRIFT_STANDBY_DRIVERS": "0", **(env or {})})
         self.lines: list[str] = []
         self.ready = threading.Event()
         self.port = 0

@@ -187,6 +187,7 @@ def test_command_line_on_a_local_master(tmp_path: Path, no_java_variables: None)
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.metricsEnabled": "true",
+        "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
         "spark.executor.memory": "2g", "spark.sql.shuffle.partitions": "4",
         "spark.dynamicAllocation.enabled": "false"}   # no cores.max on a local master
 
@@ -234,8 +235,11 @@ def test_default_spark_submit_is_the_installed_pyspark(tmp_path: Path,
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     home = find_spark_home()
     assert home is not None and (home / "jars").is_dir()
-    launcher = load_launcher("spark", NimbusConfig(data_dir=tmp_path))
+    # No standby driver: one would be a JVM warming up for nothing here (they are
+    # tested in test_standby.py).
+    launcher = load_launcher("spark", NimbusConfig(data_dir=tmp_path, standby_drivers=0))
     assert isinstance(launcher, SparkLauncher) and launcher.name == "spark"
+    assert launcher.standbys is None and launcher._monitor is None
     assert launcher.submit == [str(home / "bin" / "spark-submit")]
     assert re.match(r"^\d+\.\d+", launcher.version)
     assert launcher.cache_dir == tmp_path / "cache" / "nimbus-thrift"
@@ -995,3 +999,17 @@ def test_one_launch_lists_classes_later_ones_map_the_archive(
     (third.work_dir / "fake.go-start").touch()
     wait_for(lambda: not archive.exists(), "the archive to be deleted")
     assert wait_for(state_is(launcher, third, "failed"), "failed")
+
+
+def test_an_errors_frames_stay_in_the_error_and_out_of_the_one_line_detail():
+    from nimbus_thrift.nimbus.spark.status import error_text, first_line
+    from nimbus_thrift.runner.rundir import RunState
+    frames = 'Traceback (user code):\n  File "split.py", line 9, in process\n    1 / 0'
+    last = RunState(state="failed", pid=1, updated_at=0.0, started_at=0.0,
+                    error="ZeroDivisionError: division by zero\n" + frames,
+                    error_component="split")
+    text = error_text(last)
+    assert text == "component 'split': ZeroDivisionError: division by zero\n" + frames
+    assert first_line(text) == "component 'split': ZeroDivisionError: division by zero"
+    plain = RunState(state="failed", pid=1, updated_at=0.0, started_at=0.0, error="boom")
+    assert error_text(plain) == "boom"

@@ -12,6 +12,8 @@ Modules, each importing only those listed before it::
     archive     the driver JVM's class data sharing archive and its JVM options
     submit      the code, log files, command line and environment of a launch
     status      the state and detail sentence the launcher reports
+    standby     the pool of standby drivers and its state table (no processes)
+    standby_app one standby driver's process and directory; the hand-off
     launcher    SparkLauncher, the Launcher of nimbus/launcher.py
     warmup      the first launch ahead of time (``nimbus-thrift warm-up``)
 """

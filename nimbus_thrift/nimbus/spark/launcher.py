@@ -33,6 +33,13 @@ PySpark's without its zipped Python code (:func:`.install.mirror_spark_home`), s
 its Python processes import PySpark's compiled modules. Both live in a cache directory
 of the user (:func:`.install.default_cache_dir`).
 
+Standby drivers (:mod:`.standby`, :mod:`.standby_app`): with ``standbys`` (the
+daemon's launcher; ``standby_drivers`` of the configuration), the launcher keeps idle
+applications warmed up, and the first launch of a topology whose Spark settings
+match theirs takes one instead of starting spark-submit: from then on it is that
+topology's application, stopped, adopted and relaunched as any other (a relaunch
+starts cold). Its ``launch.json`` says ``warm``, and so does its detail.
+
 A failed topology is relaunched from its checkpoint by a monitor thread when the
 configuration says so (``restart_failed``, at most ``max_restarts`` times in a row,
 with growing waits); stopping is ``control=stop``, then SIGTERM, then SIGKILL to every
@@ -63,6 +70,7 @@ import structlog
 from ...runner.rundir import RunDir
 from ...runner.spec import RunSpec, from_plan
 from ...topology.validate import InvalidTopology
+from ..admission import default_budget
 from ..config import NimbusConfig
 from ..launcher import LauncherError, LaunchSpec, RunStatus, WorkerNode
 from .archive import JVM_CRASH, ClassArchive, archive_layout, unlink
@@ -73,10 +81,13 @@ from .master import cluster_nodes, local_node, local_threads, master_ui_url
 from .memory import memory_request
 from .processes import exit_text, proc_cmdline, proc_info, session_members, signal_session
 from .records import FINAL_STATES, Run
+from .standby import REPLACE_DELAY_SECS, StandbyPool
+from .standby_app import (MAX_WARM_TASKS, STANDBY_DIR, StandbyApp, tidy_standbys,
+                          warmup_spec)
 from .status import (BANNER, MAX_ERRORS, SPARK_COMPONENT, failure_text, launch_stderr,
                      run_status)
 from .submit import (SPARK_MAIN, environment, extract_code, free_port, log_file,
-                     submit_command, user_confs)
+                     standby_key, submit_command, user_confs)
 
 log = structlog.get_logger(__name__)
 
@@ -98,6 +109,23 @@ RESTART_RESET_SECS = 600.0
 NODES_CACHE_SECS = 5.0
 
 
+def standby_count(config: NimbusConfig) -> int:
+    """Standby drivers to keep: ``standby_drivers``, whose default (-1) is 1 on a local
+    master with PySpark's own spark-submit (a configured one may not run our driver)
+    and 0 otherwise (on a cluster a standby would hold cores)."""
+    if config.standby_drivers >= 0:
+        return config.standby_drivers
+    return 1 if local_threads(config.spark_master) is not None and \
+        not config.spark_submit else 0
+
+
+def _memory_of(conf: Mapping[str, Any]) -> int:
+    try:
+        return memory_request(conf)
+    except ValueError:              # refused at submit; an old record's: takes none
+        return 0
+
+
 class SparkLauncher:
     """Runs each topology as a Spark application (see the module docstring).
 
@@ -108,6 +136,10 @@ class SparkLauncher:
         clock: wall-clock seconds, for restart waits and reported times.
         term_grace, monitor_secs, restart_backoff: see the module constants (tests
             shorten them).
+        standbys: keep the configuration's ``standby_drivers`` standby drivers (the
+            daemon's launcher does; a launcher made for one job does not), after
+            stopping those an earlier daemon left.
+        standby_replace_delay: see :data:`.standby.REPLACE_DELAY_SECS`.
         cache_dir: where the mirror of Spark home (:func:`mirror_spark_home`) and
             the driver JVM's class archives (:class:`ClassArchive`) are kept: a
             directory, False for neither, or True (the default) for the configuration's
@@ -125,7 +157,8 @@ class SparkLauncher:
                  clock: Callable[[], float] = time.time,
                  term_grace: float = TERM_GRACE_SECS, monitor_secs: float = MONITOR_SECS,
                  restart_backoff: float = RESTART_BACKOFF_SECS,
-                 cache_dir: bool | Path = True):
+                 cache_dir: bool | Path = True, standbys: bool = False,
+                 standby_replace_delay: float = REPLACE_DELAY_SECS):
         self.config = config if config is not None else NimbusConfig()
         self.clock = clock
         self.term_grace = term_grace
@@ -159,6 +192,19 @@ class SparkLauncher:
         self._closed = threading.Event()
         self._monitor: threading.Thread | None = None
         self._nodes_cache: tuple[float, list[WorkerNode]] | None = None
+        self._budget = self.config.spark_memory_budget or default_budget()
+        self._standby_seq = 0
+        self.standbys: StandbyPool[StandbyApp] | None = None
+        if standbys:
+            tidy_standbys(self.config.data_dir / STANDBY_DIR)
+            wanted = standby_count(self.config)
+            if wanted:
+                self.standbys = StandbyPool(
+                    wanted, standby_key(self.config.spark_master, self._standby_spec("-"), 1),
+                    self._spawn_standby, room=self._standby_room, clock=time.monotonic,
+                    backoff=restart_backoff, replace_delay=standby_replace_delay)
+                self.standbys.check()       # now: the first submit may come at once
+                self._ensure_monitor()
 
     # --- the Launcher protocol ------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> None:
@@ -303,6 +349,10 @@ class SparkLauncher:
         monitor = self._monitor
         if monitor is not None and monitor is not threading.current_thread():
             monitor.join(10)
+        if self.standbys is not None:
+            # Idle standbys hold ~1.7 GB and nothing of value: a stopped daemon leaves
+            # none (a restarted one starts its own).
+            self.standbys.close()
         if self.class_archive is not None:
             self.class_archive.close()
 
@@ -312,6 +362,11 @@ class SparkLauncher:
         when it is time (the monitor thread calls this every ``monitor_secs``)."""
         if self.class_archive is not None:
             self.class_archive.poll()
+        if self.standbys is not None:
+            try:
+                self.standbys.check()
+            except Exception as exc:  # noqa: BLE001 - the monitor must keep going
+                log.error("spark_standby_check_failed", error=str(exc), exc_info=exc)
         with self._runs_lock:
             runs = list(self._runs.values())
         for run in runs:
@@ -422,6 +477,9 @@ class SparkLauncher:
                 run.errors = [*run.errors, (component, message, int(died_at))][-MAX_ERRORS:]
             run.died_at = died_at
             self._class_archive_done(run)
+            if run.standby_dir:             # the standby's directory, its cwd until now
+                shutil.rmtree(run.standby_dir, ignore_errors=True)
+                run.standby_dir = ""
         log.info("spark_app_exited", topology=run.topology_id, pid=run.pid,
                  exit=exit_text(run.exit_code), state=last.state if last else None)
         try:
@@ -451,6 +509,11 @@ class SparkLauncher:
             run.launch_error = str(exc)
             raise
         run.num_workers = spec.num_workers
+        if reason == "launch" and self._take_standby(run, run_spec):
+            return
+        # Counted from now on, so that no standby starts in the room it needs.
+        run.memory = _memory_of(run_spec.conf)
+        self._make_room()
         self._spawn(run, run_spec, reason)
 
     def _respawn(self, run: Run, reason: str) -> None:
@@ -502,28 +565,155 @@ class SparkLauncher:
             err.close()
         info = proc_info(popen.pid)
         with run.fields_lock:
-            run.popen = popen
-            run.pid = popen.pid
-            run.start_ticks = info.start_ticks if info is not None else 0
-            run.ui_port = ui_port
-            run.command = command
-            run.launched_at = now
-            run.cores = max([c.parallelism for c in run_spec.components.values()] or [1])
-            run.spouts = tuple(cid for cid, c in run_spec.components.items()
-                               if c.kind == "spout")
-            run.exit_code = None
-            run.died_at = None
-            run.next_restart_at = None
-            run.stopped = False
-            run.pending_relaunch = False
-            run.launch_error = ""
-            run.status_key = None
-            run.status_cache = None
+            self._started(run, run_spec, popen, info.start_ticks if info is not None
+                          else 0, ui_port, command, now)
             run.class_archive = str(archive or "")
             run.class_list = str(class_list or "")
         run.save()
         log.info("spark_app_launched", topology=run.topology_id, pid=popen.pid,
                  reason=reason, ui_port=ui_port, master=self.config.spark_master)
+
+    def _started(self, run: Run, run_spec: RunSpec, popen: subprocess.Popen[bytes] | None,
+                 start_ticks: int, ui_port: int, command: list[str], now: float, *,
+                 warm: str = "", standby_dir: Path | None = None) -> None:
+        """Record in ``run`` that its application is now process ``popen``: a new one,
+        or a standby taken in phase ``warm`` (``ready``, ``warming``) whose directory
+        is ``standby_dir``."""
+        run.popen = popen
+        run.pid = popen.pid if popen is not None else 0
+        run.start_ticks = start_ticks
+        run.ui_port = ui_port
+        run.command = command
+        run.launched_at = now
+        run.cores = max([c.parallelism for c in run_spec.components.values()] or [1])
+        run.spouts = tuple(cid for cid, c in run_spec.components.items()
+                           if c.kind == "spout")
+        run.memory = _memory_of(run_spec.conf)
+        run.warm = warm
+        run.standby_dir = str(standby_dir or "")
+        run.exit_code = None
+        run.died_at = None
+        run.next_restart_at = None
+        run.stopped = False
+        run.pending_relaunch = False
+        run.launch_error = ""
+        run.status_key = None
+        run.status_cache = None
+
+    # --- standby drivers ------------------------------------------------------------
+    def _take_standby(self, run: Run, run_spec: RunSpec) -> bool:
+        """Hand ``run``'s topology to a standby of the same Spark settings, ready or
+        still warming (:mod:`.standby` says why; :mod:`.standby_app` the steps);
+        False when there is none, and the launch starts cold."""
+        if self.standbys is None:
+            return False
+        taken = self.standbys.take(standby_key(self.config.spark_master, run_spec,
+                                               run.num_workers))
+        if taken is None:
+            return False
+        app, phase = taken
+        now = self.clock()
+        banner = (f"{BANNER}launch at "
+                  f"{datetime.fromtimestamp(now, timezone.utc).isoformat()}, warm: "
+                  f"standby driver {app.sid} (pid {app.pid}, {phase.value}) started as: "
+                  f"{shlex.join(app.command)}\n")
+        try:
+            run.dir.status.unlink(missing_ok=True)
+            app.prepare_handoff(run.dir, banner)
+        except OSError as exc:
+            log.warning("spark_standby_handoff_failed", topology=run.topology_id,
+                        sid=app.sid, error=str(exc))
+            app.stop()
+            return False
+        self._class_archive_done(run)
+        with run.fields_lock:
+            self._started(run, run_spec, app.popen, app.start_ticks, app.ui_port,
+                          app.command, now, warm=phase.value, standby_dir=app.dir.root)
+            if app.popen is None:
+                run.pid = app.pid
+            run.class_archive = app.class_archive
+            run.class_list = app.class_list
+        run.save()                      # the topology owns the process from here on
+        app.hand_off(run.dir)
+        log.info("spark_app_launched", topology=run.topology_id, pid=app.pid,
+                 reason="launch", warm=app.sid, standby=phase.value, ui_port=app.ui_port,
+                 master=self.config.spark_master)
+        return True
+
+    def _spawn_standby(self) -> StandbyApp:
+        """Start one standby driver (:class:`.standby.StandbyPool`'s ``spawn``)."""
+        self._standby_seq += 1
+        sid = f"standby-{int(self.clock())}-{os.getpid()}-{self._standby_seq}"
+        rd = RunDir(self.config.data_dir / STANDBY_DIR / sid)
+        spec = self._standby_spec(sid)
+        rd.logs.mkdir(parents=True)
+        spec.write(rd.spec)
+        rd.set_control("active")
+        me = proc_info(os.getpid())
+        parent = f"{os.getpid()}:{me.start_ticks if me is not None else 0}"
+        ui_port = free_port()
+        archive_options, archive, class_list = self._class_archive_options(None, spec)
+        command = submit_command(self.submit, self.config.spark_master, spec, rd.root,
+                                 ui_port, 1, archive=archive_options, standby=parent)
+        out = log_file(rd.logs / "stdout")
+        err = log_file(rd.logs / "stderr")
+        now = self.clock()
+        try:
+            popen = subprocess.Popen(
+                command, env=self.environment(rd.current), cwd=rd.root,
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
+                close_fds=True)
+        except OSError as exc:
+            shutil.rmtree(rd.root, ignore_errors=True)
+            raise LauncherError(f"cannot run {command[0]}: {exc.strerror or exc}") \
+                from None
+        finally:
+            out.close()
+            err.close()
+        info = proc_info(popen.pid)
+        app = StandbyApp(sid=sid, dir=rd, key=standby_key(self.config.spark_master, spec, 1),
+                         pid=popen.pid, start_ticks=info.start_ticks if info else 0,
+                         popen=popen, ui_port=ui_port, command=command, launched_at=now,
+                         memory=_memory_of(spec.conf), class_archive=str(archive or ""),
+                         class_list=str(class_list or ""))
+        app.save()
+        log.info("spark_standby_launched", sid=sid, pid=popen.pid,
+                 master=self.config.spark_master)
+        return app
+
+    def _standby_spec(self, sid: str) -> RunSpec:
+        # As many tasks as the master runs at once: that many Python workers warm.
+        return warmup_spec(sid, min(MAX_WARM_TASKS,
+                                    local_threads(self.config.spark_master) or 2))
+
+    def _topologies_memory(self) -> int:
+        """Bytes the applications of running topologies take (:mod:`.memory`), and
+        of one being launched."""
+        with self._runs_lock:
+            runs = list(self._runs.values())
+        return sum(run.memory for run in runs if not run.stopped and (
+            run.alive() if run.pid else not run.launch_error))
+
+    def _standby_room(self, held: int) -> bool:
+        """Whether one standby more than ``held`` fits: within ``standby_memory``,
+        and within the memory budget beside the running topologies."""
+        one = _memory_of({})
+        cap = self.config.standby_memory or one * standby_count(self.config)
+        if (held + 1) * one > cap:
+            return False
+        return not self._budget or \
+            self._topologies_memory() + (held + 1) * one <= self._budget
+
+    def _make_room(self) -> None:
+        """Before a cold start (whose memory :meth:`_topologies_memory` counts
+        already): stop standbys while they and the topologies pass the budget
+        (standbys only take what topologies leave)."""
+        if self.standbys is None or not self._budget:
+            return
+        one = _memory_of({})
+        while self._topologies_memory() + self.standbys.held() * one > self._budget \
+                and self.standbys.shed():
+            log.info("spark_standby_shed", reason="memory for a cold start")
 
     def command(self, run_spec: RunSpec, work_dir: Path, ui_port: int,
                 num_workers: int, *, archive: Sequence[str] = ()) -> list[str]:
@@ -533,11 +723,12 @@ class SparkLauncher:
                               ui_port, num_workers, archive=archive)
 
     # --- the class archive and Spark home -------------------------------------------
-    def _class_archive_options(self, run: Run, run_spec: RunSpec
+    def _class_archive_options(self, run: Run | None, run_spec: RunSpec
                                ) -> tuple[list[str], Path | None, Path | None]:
         """``(options, archive mapped, class list written)`` of the next launch of
-        ``run`` (:class:`ClassArchive`): none when the topology sets the driver's
-        default options or class data sharing options of its own."""
+        ``run``, or of a standby for None (:class:`ClassArchive`): none when the
+        topology sets the driver's default options or class data sharing options of
+        its own."""
         key = self._archive_key(user_confs(run_spec))
         if self.class_archive is None or key is None:
             return [], None, None

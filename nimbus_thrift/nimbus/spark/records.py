@@ -58,6 +58,9 @@ class Run:
     errors: list[tuple[str, str, int]] = field(default_factory=list)
     class_archive: str = ""            # the class archive this launch maps
     class_list: str = ""               # the list of classes this launch writes
+    warm: str = ""                     # this launch took a standby driver: its phase
+    standby_dir: str = ""              # ... whose directory goes when the process does
+    memory: int = 0                    # bytes of this machine it takes (spark/memory.py)
     status_key: tuple[int, int, int] | None = None
     status_cache: RunState | None = None
 
@@ -72,7 +75,8 @@ class Run:
                 "pending_relaunch": self.pending_relaunch,
                 "errors": [list(e) for e in self.errors],
                 "class_archive": self.class_archive,
-                "class_list": self.class_list}
+                "class_list": self.class_list, "warm": self.warm,
+                "standby_dir": self.standby_dir, "memory": self.memory}
 
     def load(self, raw: dict[str, Any]) -> None:
         self.pid = int(raw.get("pid") or 0)
@@ -92,6 +96,10 @@ class Run:
         self.errors = [(str(c), str(m), int(w)) for c, m, w in raw.get("errors") or []]
         self.class_archive = str(raw.get("class_archive") or "")
         self.class_list = str(raw.get("class_list") or "")
+        warm = raw.get("warm") or ""
+        self.warm = warm if isinstance(warm, str) else "ready"
+        self.standby_dir = str(raw.get("standby_dir") or "")
+        self.memory = int(raw.get("memory") or 0)
 
 
     @classmethod

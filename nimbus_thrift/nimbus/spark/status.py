@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from ...runner.rundir import RunState
+from ...runner.rundir import STANDBY_WARMING, RunState
 from ..config import NimbusConfig
 from ..launcher import ComponentStats, RunStatus
 from .processes import exit_text
@@ -123,10 +123,13 @@ def alive_detail(run: Run, last: RunState | None, ui: str, config: NimbusConfig,
     ui_text = f", Spark UI {ui}" if ui else ""
     suffix = ""
     if run.last_failure:
-        failure = shorten(run.last_failure, 500)
+        failure = shorten(first_line(run.last_failure), 500)
         suffix = (f"; relaunched from the checkpoint after a failure ({run.restarts} of "
                   f"{config.max_restarts}): {failure}" if run.restarts else
                   f"; relaunched from the checkpoint after: {failure}")
+    if run.warm:
+        suffix += "; started warm from a standby driver" + (
+            " (taken while it warmed up)" if run.warm == STANDBY_WARMING else "")
     control = run.dir.control_state()
     if last is None:
         if control == "stop":
@@ -149,7 +152,7 @@ def alive_detail(run: Run, last: RunState | None, ui: str, config: NimbusConfig,
     if state == "stopping":
         return "stopping", f"stopping: the Spark application is stopping (pid {run.pid})"
     if state == "failed":
-        error = error_text(last)
+        error = first_line(error_text(last))
         return "failed", f"failed: {error} (the application is exiting; see " \
                          f"{run.dir.logs / 'stderr'})"
     if state == "finished":
@@ -175,7 +178,7 @@ def gone_detail(run: Run, last: RunState | None, config: NimbusConfig,
         if run.launch_error:
             return "failed", f"failed: could not relaunch: {run.launch_error}"
         return "stopped", "stopped: being relaunched with the new parallelism"
-    detail = "failed: " + failure_text(run, last)
+    detail = "failed: " + first_line(failure_text(run, last))
     if run.restartable(last, config):
         when = ""
         if run.next_restart_at is not None:
@@ -195,7 +198,9 @@ def failure_text(run: Run, last: RunState | None) -> str:
     stderr = run.dir.logs / "stderr"
     where = f"{exit_text(run.exit_code)}; see {stderr}"
     if last is not None and last.state == "failed":
-        return f"{error_text(last)} ({where})"
+        # The frames in the user's code (runner/figures.py) stay on the lines below.
+        first, _, frames = error_text(last).partition("\n")
+        return f"{first} ({where})" + (f"\n{frames}" if frames else "")
     line = last_stderr_line(stderr)
     said = f" ({last.state})" if last is not None else ""
     what = f": {line}" if line else ""
@@ -203,10 +208,18 @@ def failure_text(run: Run, last: RunState | None) -> str:
 
 
 def error_text(last: RunState) -> str:
-    error = shorten(last.error or "the driver reported a failure", 500)
+    """The driver's error: its message (one line, shortened) and, on the lines below, the
+    traceback's frames in the user's code that runner/figures.py kept (bounded there)."""
+    message, _, frames = (last.error or "the driver reported a failure").partition("\n")
+    error = shorten(message, 500)
     if last.error_component and last.error_component not in error:
         error = f"component {last.error_component!r}: {error}"
-    return error
+    return error + (f"\n{frames}" if frames.strip() else "")
+
+
+def first_line(text: str) -> str:
+    """A status detail is one line: an error's message, not its frames."""
+    return text.partition("\n")[0]
 
 
 def tuple_rate(run: Run, last: RunState) -> float:

@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Mapping, Sequence
 
+from ...runner.rundir import RunDir
 from ...runner.spec import RunSpec
 from ...topology.blobs import WORK_DIR_ENV
 from ..launcher import LauncherError
@@ -30,6 +31,10 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[3]
 LOCAL_HOST = "127.0.0.1"
 #: stdout and stderr are renamed to ``*.1`` at a launch once they grow past this.
 LOG_ROTATE_BYTES = 50 << 20
+#: The Python worker daemon of standby drivers: PySpark's, with the imports of every
+#: worker done before it forks them (``runner/worker_daemon.py``).
+WORKER_DAEMON = "nimbus_thrift.runner.worker_daemon"
+DAEMON_MODULE = "spark.python.daemon.module"
 #: Confs the launcher must own: it reads the UI port back to report it.
 RESERVED_CONFS = frozenset({"spark.ui.port"})
 #: What a topology's Spark application takes from the daemon's environment: what the
@@ -104,7 +109,7 @@ def log_file(path: Path) -> IO[bytes]:
 
 def submit_command(submit: Sequence[str], master: str, run_spec: RunSpec, work_dir: Path,
                    ui_port: int, num_workers: int, *,
-                   archive: Sequence[str] = ()) -> list[str]:
+                   archive: Sequence[str] = (), standby: str = "") -> list[str]:
     """The spark-submit command line of one topology: ``submit`` (the spark-submit to
     run) on ``master``.
 
@@ -114,6 +119,13 @@ def submit_command(submit: Sequence[str], master: str, run_spec: RunSpec, work_d
     (``spark.cores.max``), in ``topology.workers`` executors, unless the topology
     sets those confs itself. The driver JVM's options (:func:`driver_java_options`,
     with the class archive's ``archive``) are ``spark.driver.defaultJavaOptions``.
+
+    With ``standby`` (``PID:TICKS`` of the daemon), the command of a standby driver
+    whose directory is ``work_dir`` (:mod:`.standby_app`): no code of its own (its
+    warm-up topology is in the package; a topology's ``code.zip`` is added at the
+    hand-off, and two files of one name cannot be), its executors' work directory
+    the ``current`` link the hand-off points at the topology's, and its Python workers
+    forked from :data:`WORKER_DAEMON`.
     """
     confs: dict[str, str] = {
         "spark.ui.port": str(ui_port),
@@ -121,6 +133,9 @@ def submit_command(submit: Sequence[str], master: str, run_spec: RunSpec, work_d
         "spark.driver.bindAddress": LOCAL_HOST,
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.metricsEnabled": "true",
+        # Spark's simplified traceback drops the worker exception's cause, which is
+        # where the frames in the user's code are (runner/figures.py reads them).
+        "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
     }
     user = user_confs(run_spec)
     java_options = driver_java_options(java_tokens(user), archive)
@@ -129,21 +144,47 @@ def submit_command(submit: Sequence[str], master: str, run_spec: RunSpec, work_d
     if master.startswith("spark://"):
         # Executors of a cluster start in a directory of their worker's, with its
         # environment: the DSL's blob helpers find the work directory by this variable.
-        confs[f"spark.executorEnv.{WORK_DIR_ENV}"] = str(work_dir)
-        cores_max = user.get("spark.cores.max") or str(
-            max([c.parallelism for c in run_spec.components.values()] or [1]))
-        confs["spark.cores.max"] = cores_max
-        if "spark.executor.cores" not in user and cores_max.isdigit():
-            workers = max(1, num_workers)
-            confs["spark.executor.cores"] = str(max(1, math.ceil(int(cores_max)
-                                                                 / workers)))
+        seen = RunDir(work_dir).current if standby else work_dir
+        confs[f"spark.executorEnv.{WORK_DIR_ENV}"] = str(seen)
+    if standby:
+        confs[DAEMON_MODULE] = WORKER_DAEMON
+    confs.update(cluster_confs(master, run_spec, num_workers))
     confs.update(user)
     args = [*submit, "--master", master,
             "--name", f"topology-{run_spec.name}"]
     for key, value in confs.items():
         args += ["--conf", f"{key}={value}"]
+    if standby:
+        return [*args, str(SPARK_MAIN), "--workdir", str(work_dir), "--standby", standby]
     return [*args, "--py-files", str(work_dir / "code.zip"), str(SPARK_MAIN),
             "--workdir", str(work_dir)]
+
+
+def cluster_confs(master: str, run_spec: RunSpec, num_workers: int) -> dict[str, str]:
+    """The cores a ``spark://`` application takes when the topology does not say
+    (see :func:`submit_command`); none on other masters."""
+    if not master.startswith("spark://"):
+        return {}
+    user = user_confs(run_spec)
+    confs: dict[str, str] = {}
+    cores_max = user.get("spark.cores.max") or str(
+        max([c.parallelism for c in run_spec.components.values()] or [1]))
+    confs["spark.cores.max"] = cores_max
+    if "spark.executor.cores" not in user and cores_max.isdigit():
+        workers = max(1, num_workers)
+        confs["spark.executor.cores"] = str(max(1, math.ceil(int(cores_max) / workers)))
+    return confs
+
+
+def standby_key(master: str, run_spec: RunSpec, num_workers: int
+                ) -> tuple[tuple[str, str], ...]:
+    """What an application's Spark settings are, for matching a submit with a standby
+    driver: the master and the confs its command line sets that outlive the start
+    (the topology's ``spark.*`` settings, a cluster's cores); not what differs per
+    application anyway (UI port, name, code, work directory) or is the launcher's
+    choice (the class archive's JVM options, which only change how fast it starts)."""
+    confs = {**cluster_confs(master, run_spec, num_workers), **user_confs(run_spec)}
+    return (("master", master), *sorted(confs.items()))
 
 
 def user_confs(run_spec: RunSpec | Mapping[str, Any]) -> dict[str, str]:

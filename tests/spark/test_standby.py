@@ -1,0 +1,231 @@
+"""Standby drivers for real: a nimbus daemon (a process) keeping a warmed-up Spark
+application, examples/wordcount.py submitted to it warm, killed, the standby replaced,
+a submit with other Spark settings starting cold, and a daemon killed and restarted
+adopting the warm topology while its idle standbys are not leaked."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from nimbus_thrift.client.client import NimbusClient
+from nimbus_thrift.nimbus.spark.processes import session_members
+from nimbus_thrift.runner.rundir import STANDBY_READY, RunDir
+from support.daemon_process import DaemonProcess
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parents[2]
+WORDCOUNT = ROOT / "examples" / "wordcount.py"
+#: Generous: a standby's warm-up or a cold first batch takes 10-60 s on 2 busy cores.
+SPARK_TIMEOUT = 240.0
+WARM = "; started warm from a standby driver"
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float = SPARK_TIMEOUT,
+               every: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+
+
+def counted(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(db, timeout=30) as conn:
+            return int(conn.execute("SELECT count(*) FROM counts").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+
+
+def standbys(data_dir: Path) -> dict[str, dict[str, Any]]:
+    """The standby directories: name -> their record and status state."""
+    found = {}
+    for path in sorted((data_dir / "standby").glob("*")):
+        if not path.is_dir():
+            continue
+        status = RunDir(path).read_status()
+        try:
+            record = json.loads((path / "standby.json").read_text())
+        except (OSError, ValueError):
+            record = {}
+        found[path.name] = {**record, "state": status.state if status else "",
+                            "handed": (path / "handoff").exists()}
+    return found
+
+
+def ready_standby(data_dir: Path, but: frozenset[str] | set[str] = frozenset()) -> str:
+    def ready() -> str | None:
+        return next((name for name, s in standbys(data_dir).items()
+                     if s["state"] == STANDBY_READY and not s["handed"]
+                     and name not in but), None)
+    return wait_until("a ready standby driver", ready)
+
+
+def record_of(data_dir: Path, topology_id: str) -> dict[str, Any]:
+    return json.loads((data_dir / "topologies" / topology_id / "launch.json").read_text())
+
+
+def gone(record: dict[str, Any]) -> bool:
+    return session_members(record["pid"], record["start_ticks"]) == []
+
+
+@pytest.fixture
+def daemons(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[Callable[[], DaemonProcess]]:
+    started: list[DaemonProcess] = []
+    cache = tmp_path_factory.getbasetemp() / "standby-cache"
+
+    def start() -> DaemonProcess:
+        d = DaemonProcess(tmp_path / "data", "--launcher", "spark", env={
+            "XDG_CACHE_HOME": str(cache), "NIMBUS_THRIFT_STANDBY_DRIVERS": "1",
+            "NIMBUS_THRIFT_UI_PORT": "0"})
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        if d.proc.poll() is None:
+            d.sigterm()
+    # Whatever a failed test left: no process of a standby or topology survives it.
+    for path in (tmp_path / "data").glob("*/*/launch.json"):
+        record = json.loads(path.read_text())
+        for p in session_members(record["pid"], record["start_ticks"]):
+            os.kill(p.pid, signal.SIGKILL)
+    for s in standbys(tmp_path / "data").values():
+        if s.get("pid"):
+            for p in session_members(s["pid"], s["start_ticks"]):
+                os.kill(p.pid, signal.SIGKILL)
+
+
+def client_of(d: DaemonProcess) -> NimbusClient:
+    return NimbusClient("127.0.0.1", d.port, timeout=60, connect_timeout=5)
+
+
+def kill(client: NimbusClient, name: str) -> None:
+    client.killTopologyWithOpts(name, client.idl.KillOptions(wait_secs=0))
+    wait_until(f"{name} to be removed",
+               lambda: name not in {t.name for t in client.getClusterInfo().topologies})
+
+
+def test_a_submit_takes_the_standby_and_one_with_other_settings_starts_cold(
+        tmp_path: Path, daemons: Callable[[], DaemonProcess]) -> None:
+    data_dir, db = tmp_path / "data", tmp_path / "wc.sqlite"
+    d = daemons()
+    first = ready_standby(data_dir)
+    with client_of(d) as client:
+        topology_id = client.submit_topology(
+            WORDCOUNT, conf={"wordcount.db": str(db), "wordcount.rate": 500})
+        record = record_of(data_dir, topology_id)
+        assert record["warm"] == "ready" and record["pid"] == standbys(data_dir)[first]["pid"]
+        wait_until("the first counts", lambda: counted(db))
+        info = wait_until("running", lambda: (i := client.getTopologyInfo(topology_id))
+                          .sched_status.startswith("running:") and i)
+        assert info.sched_status.endswith(WARM), info.sched_status
+        assert {e.component_id for e in info.executors} == \
+            {"sentences", "split", "count", "sink"}
+        # Its Spark log is the topology's, from the hand-off on.
+        stderr = (data_dir / "topologies" / topology_id / "logs" / "stderr").read_text()
+        assert f"warm: standby driver {first}" in stderr
+
+        # A new standby replaces the one taken.
+        second = ready_standby(data_dir, but={first})
+
+        # Killed like a cold one: every process gone, the standby's directory too.
+        kill(client, "wordcount")
+        assert gone(record)
+        wait_until("the taken standby's directory deleted",
+                   lambda: first not in standbys(data_dir), timeout=30)
+
+        # Other Spark settings: a cold start, the standby left waiting.
+        db2 = tmp_path / "wc2.sqlite"
+        cold_id = client.submit_topology(
+            WORDCOUNT, conf={"wordcount.db": str(db2), "wordcount.rate": 500,
+                             "spark.sql.shuffle.partitions": "2"})
+        cold = record_of(data_dir, cold_id)
+        assert not cold["warm"] and "--standby" not in cold["command"]
+        wait_until("the cold topology's counts", lambda: counted(db2))
+        assert not client.getTopologyInfo(cold_id).sched_status.endswith(WARM)
+        assert standbys(data_dir)[second]["state"] == STANDBY_READY
+        kill(client, "wordcount")
+        assert gone(cold)
+    # A daemon that stops stops its idle standby.
+    spare = standbys(data_dir)[second]
+    d.sigterm()
+    assert session_members(spare["pid"], spare["start_ticks"]) == []
+    assert standbys(data_dir) == {}
+
+
+def test_a_restarted_daemon_adopts_a_warm_topology_and_leaks_no_standby(
+        tmp_path: Path, daemons: Callable[[], DaemonProcess]) -> None:
+    data_dir, db = tmp_path / "data", tmp_path / "wc.sqlite"
+    d = daemons()
+    first = ready_standby(data_dir)
+    with client_of(d) as client:
+        topology_id = client.submit_topology(
+            WORDCOUNT, conf={"wordcount.db": str(db), "wordcount.rate": 500})
+        wait_until("the first counts", lambda: counted(db))
+    second = ready_standby(data_dir, but={first})
+    idle = standbys(data_dir)[second]
+    d.sigkill()                                   # a crash: nothing is stopped
+    # The idle standby notices its daemon is gone and exits by itself.
+    wait_until("the orphaned standby to exit",
+               lambda: session_members(idle["pid"], idle["start_ticks"]) == [],
+               timeout=30)
+    record = record_of(data_dir, topology_id)
+    assert not gone(record)                       # the topology runs on
+
+    d2 = daemons()
+    with client_of(d2) as client:
+        info = wait_until("the adopted topology running",
+                          lambda: (i := client.getTopologyInfo(topology_id))
+                          .sched_status.startswith("running:") and i)
+        assert info.sched_status.endswith(WARM)
+        assert record_of(data_dir, topology_id)["pid"] == record["pid"]   # adopted
+        before = _sum_counts(db)
+        wait_until("counts to grow", lambda: _sum_counts(db) > before)
+        # The left-over directory is gone, the topology's standby directory kept, and
+        # the new daemon warms a standby of its own.
+        names = set(standbys(data_dir))
+        assert second not in names and first in names
+        ready_standby(data_dir, but={first, second})
+        kill(client, "wordcount")
+        assert gone(record)
+        wait_until("the taken standby's directory deleted",
+                   lambda: first not in standbys(data_dir), timeout=30)
+
+
+def _sum_counts(db: Path) -> int:
+    with sqlite3.connect(db, timeout=30) as conn:
+        return int(conn.execute("SELECT coalesce(sum(count), 0) FROM counts").fetchone()[0])
+
+
+def test_a_submit_as_the_daemon_starts_takes_the_standby_still_warming_up(
+        tmp_path: Path, daemons: Callable[[], DaemonProcess]) -> None:
+    data_dir, db = tmp_path / "data", tmp_path / "wc.sqlite"
+    d = daemons()
+    with client_of(d) as client:
+        topology_id = client.submit_topology(
+            WORDCOUNT, conf={"wordcount.db": str(db), "wordcount.rate": 500})
+        record = record_of(data_dir, topology_id)
+        assert record["warm"] == "warming" and "--standby" in record["command"]
+        wait_until("the first counts", lambda: counted(db))
+        info = wait_until("running", lambda: (i := client.getTopologyInfo(topology_id))
+                          .sched_status.startswith("running:") and i)
+        assert info.sched_status.endswith(WARM + " (taken while it warmed up)")
+        kill(client, "wordcount")
+        assert gone(record)
+
