@@ -8,8 +8,10 @@ Import the fixture into a test module: ``from support.browser import browser  # 
 from __future__ import annotations
 
 import base64
+import gc
 import os
 import shutil
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,7 +60,14 @@ def start_chromium(profile: Path, size: tuple[int, int] = LAPTOP) -> Any:
     options.add_argument(f"--window-size={size[0]},{size[1]}")
     # The page's console errors are read by the tests (a failed asset, a script error).
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    # Selenium polls chromedriver's port with urllib until it answers and leaves the
+    # sockets of the refused tries to the garbage collector: their ResourceWarning
+    # (an error under our filterwarnings) is selenium's, so it is collected here,
+    # under a filter that ignores it, instead of failing whichever test runs next.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+        gc.collect()
     driver.set_page_load_timeout(WAIT_S)
     driver.set_script_timeout(WAIT_S)
     return driver
