@@ -136,6 +136,9 @@ class NimbusHandler(LogCalls, PageCalls, StormTwoCalls, BlobCalls, TransferCalls
         self._removing: set[str] = set()        # removals whose stop is under way
         self._removing_lock = threading.Lock()
         self._counts = CountsCache()
+        #: Launcher calls that raised, by method (launch, stop, ...): /metrics.
+        self.launcher_failures: dict[str, int] = {}
+        self._failures_lock = threading.Lock()
         self._memory_budget = config.spark_memory_budget or default_budget()
         self._protocol = TBinaryProtocolFactory()
         self._structs: dict[str, Any] = {}
@@ -628,6 +631,8 @@ class NimbusHandler(LogCalls, PageCalls, StormTwoCalls, BlobCalls, TransferCalls
             return True
         except Exception as exc:  # noqa: BLE001 - any launcher failure is recorded
             name = method.__name__
+            with self._failures_lock:
+                self.launcher_failures[name] = self.launcher_failures.get(name, 0) + 1
             message = f"launcher {name} failed: {type(exc).__name__}: {exc}"
             log.error("launcher_failed", topology=topology_id, method=name,
                       error=str(exc), exc_info=exc)

@@ -95,6 +95,12 @@ class RunStatus:
     ui_url: str = ""
     components: dict[str, ComponentStats] = field(default_factory=dict)
     errors: tuple[tuple[str, str, int], ...] = ()
+    #: Times the launcher relaunched it after a failure (the current incarnation's).
+    restarts: int = 0
+    #: Micro-batches its current run completed, and the last one's seconds (None: the
+    #: launcher does not run batches, or none has completed).
+    batches: int | None = None
+    last_batch_secs: float | None = None
 
     @property
     def assigned(self) -> bool:

@@ -392,3 +392,29 @@ def test_history_gives_each_components_rate_over_time(env: WebEnv,
     status, body = env.get(f"/api/nimbus-thrift/topology/{tid}/history?seconds=120")
     assert status == 200 and asked == [(tid, 120.0)]
     assert body["history"] == {"sentences": [[110.0, 3.0]]}
+
+
+def test_metrics_show_restarts_batches_and_launcher_failures(env: WebEnv,
+                                                             monkeypatch) -> None:
+    import dataclasses
+    tid = env.submit()
+    plain = env.launcher.status
+
+    def status(topology_id: str):
+        return dataclasses.replace(plain(topology_id), restarts=2, batches=41,
+                                   last_batch_secs=0.75)
+    monkeypatch.setattr(env.launcher, "status", status)
+    # A launcher call that raises is recorded on the topology and counted.
+    env.launcher.fail.add("launch")
+    env.handler._launcher_call(tid, env.launcher.launch, None)
+    families = {f.name: f for f in text_string_to_metric_families(
+        env.request("GET", "/metrics").body.decode())}
+
+    def value(name: str) -> dict[str, float]:
+        return {next(iter(s.labels.values())): s.value for s in families[name].samples
+                if not s.name.endswith("_created")}
+    assert value("nimbus_thrift_topology_restarts") == {tid: 2}
+    assert value("nimbus_thrift_topology_batches") == {tid: 41}
+    assert value("nimbus_thrift_topology_last_batch_seconds") == {tid: 0.75}
+    assert value("nimbus_thrift_launcher_failures") == {"launch": 1}
+    assert _unlisted(families) == set()

@@ -112,9 +112,14 @@ def run_status(run: Run, alive: bool, last: RunState | None, config: NimbusConfi
                        int(last.updated_at)))
     started = last.started_at if last is not None and last.started_at else \
         run.launched_at
+    batched = last is not None and last.batch_id >= 0
     return RunStatus(state=state, detail=detail, started_at=started, host=LOCAL_HOST,
                      port=run.ui_port, ui_url=ui if alive else "",
-                     components=components, errors=tuple(errors[-MAX_ERRORS:]))
+                     components=components, errors=tuple(errors[-MAX_ERRORS:]),
+                     restarts=run.restarts,
+                     batches=last.batch_id + 1 if batched and last is not None else None,
+                     last_batch_secs=last.batch_ms / 1000 if batched and last is not None
+                     else None)
 
 
 def alive_detail(run: Run, last: RunState | None, ui: str, config: NimbusConfig,

@@ -97,6 +97,8 @@ NAMES: tuple[str, ...] = tuple(sorted(
         "requests_total", "request_duration_seconds", "topologies",
         "topologies_by_run_state", "uploads_in_progress", "downloads_in_progress",
         "inbox_bytes", "component_errors", "http_connections_open",
+        "topology_restarts_total", "topology_batches_total",
+        "topology_last_batch_seconds", "launcher_failures_total",
         "http_connections_accepted_total", "http_connections_refused_total",
         "http_requests_total", "http_timeouts_total", "http_bad_requests_total")]))
 
@@ -167,10 +169,24 @@ class DaemonCollector(Collector):
                                    "Errors on record for the component (the daemon "
                                    "keeps the latest ones).",
                                    labels=["topology", "component"])
+        restarts = CounterMetricFamily(
+            PREFIX + "topology_restarts", "Times the launcher relaunched the topology "
+            "after a failure.", labels=["topology"])
+        batches = CounterMetricFamily(
+            PREFIX + "topology_batches", "Micro-batches the topology's current run "
+            "completed.", labels=["topology"])
+        last_batch = GaugeMetricFamily(
+            PREFIX + "topology_last_batch_seconds", "Seconds the last completed "
+            "micro-batch took.", labels=["topology"])
         for row in listing:
             statuses[row.status] = statuses.get(row.status, 0) + 1
             run = handler.run_status(row.id)
             runs[run.state] = runs.get(run.state, 0) + 1
+            restarts.add_metric([row.id], run.restarts)
+            if run.batches is not None:
+                batches.add_metric([row.id], run.batches)
+            if run.last_batch_secs is not None:
+                last_batch.add_metric([row.id], run.last_batch_secs)
             for component, stats in sorted(run.components.items()):
                 for field, (_, _, _, scale) in COMPONENT_FIGURES.items():
                     families[field].add_metric([row.id, component],
@@ -188,6 +204,15 @@ class DaemonCollector(Collector):
         yield by_run
         yield from families.values()
         yield errors
+        yield restarts
+        yield batches
+        yield last_batch
+        failures = CounterMetricFamily(PREFIX + "launcher_failures",
+                                       "Launcher calls that raised, by call.",
+                                       labels=["call"])
+        for call, count in sorted(dict(handler.launcher_failures).items()):
+            failures.add_metric([call], count)
+        yield failures
         transfers = handler.transfers
         uploads = sum(1 for up in handler.store.uploads() if up.state == "open")
         for name, help_text, value in (
