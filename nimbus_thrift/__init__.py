@@ -35,6 +35,7 @@ _EXPORTS = {
     "NimbusUnavailable": "client", "ServerError": "client", "TlsError": "client",
     "OptionError": "rpc.options", "ServerOptions": "rpc.options",
     "Server": "rpc.server", "make_server": "rpc.server",
+    "ProcessServer": "rpc.processes",
     "MetricsSnapshot": "rpc.metrics",
     "RequestInfo": "rpc.context", "current_request": "rpc.context",
 }
@@ -46,11 +47,12 @@ if TYPE_CHECKING:
     from .rpc.context import RequestInfo, current_request
     from .rpc.metrics import MetricsSnapshot
     from .rpc.options import OptionError, ServerOptions
+    from .rpc.processes import ProcessServer
     from .rpc.server import Server, make_server
 
 __all__ = ["BadReply", "ConnectionLost", "FrameRefused", "MetricsSnapshot", "NimbusClient",
            "NimbusClientError", "NimbusTimeout", "NimbusUnavailable", "OptionError",
-           "RequestInfo", "Server", "ServerError", "ServerOptions", "TlsError",
+           "ProcessServer", "RequestInfo", "Server", "ServerError", "ServerOptions", "TlsError",
            "current_request", "make_server"]
 __version__ = "0.1.0"
 

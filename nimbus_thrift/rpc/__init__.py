@@ -6,6 +6,10 @@ so), which is what lets it be used, and tested, as a library of its own.
 
 Layers, each importing only those below it::
 
+    processes   make_server(processes=N): the parent that forks, feeds and supervises
+                children       child  a child's life (its server, metrics, stop)
+    handoff     connections passed from the parent's accept to a child
+    supervision options per child, the metrics sum, back-off, child states
     server      Server (start, stop, metrics) and make_server
     selector    the selector thread: read, hand off, write, close
     lifetime    its base: accept, the sweep of deadlines, the drain at stop
@@ -16,6 +20,7 @@ Layers, each importing only those below it::
     connection  the per-connection framing state table
     deadlines   when a connection is closed: first request, frame rate, parking, writes
     memory      the server-wide read-buffer budget      metrics  counters
+    methodstats calls by outcome and latency per IDL method (when asked)
     throttle    log lines at most once per peer per interval
     calls       call encoding and reply decoding for clients (no sockets)
     forms       which form a client speaks (first bytes), the request object of
