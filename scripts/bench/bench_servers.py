@@ -854,7 +854,8 @@ def bench_server(name: str, scenarios: list[Scenario], cfg: RunConfig, want_stra
     forms = [sc for sc in scenarios if sc.other_form and name in FORM_SERVERS]
     # Ours detects the form: its other forms run in the framed binary process.
     plain = [sc for sc in scenarios if not sc.tls and not sc.other_form and not sc.cpu_work
-             and name not in CPU_ONLY] + (forms if name in DETECTS_FORM else [])
+             and name not in CPU_ONLY and (not sc.idle or name in IDLE_SERVERS)] + (
+        forms if name in DETECTS_FORM else [])
     secure = [sc for sc in scenarios if sc.tls]
     # The CPU scenarios run after every server's other scenarios, in rounds
     # (run_cpu_rounds).
