@@ -35,7 +35,11 @@ class Server:
     """A half-sync/half-async Thrift server. Build it with :func:`make_server`."""
 
     def __init__(self, dispatcher: Dispatcher, host: str, port: int,
-                 options: ServerOptions) -> None:
+                 options: ServerOptions, listener: socket.socket | None = None) -> None:
+        """``listener``: serve from a socket that already listens instead of binding
+        ``host``:``port`` (a child of ``make_server(processes=N)`` accepts the
+        connections its parent hands over, see rpc/handoff.py; it has no Unix socket,
+        which check_processes refuses for processes > 1)."""
         self.dispatcher = dispatcher
         self.options = options
         self._host = host
@@ -49,6 +53,11 @@ class Server:
         self._stopped = threading.Event()
         self._lock = threading.Lock()
         self.address: tuple[str, int] | None = None
+        if listener is not None:
+            self._listener = listener
+            self._selector = Selector(listener, dispatcher, options, self._budget,
+                                      self._state, None)
+            self.address = (host, port)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -232,15 +241,7 @@ def make_server(service: ModuleType | Any, handler: object, host: str = "127.0.0
 
     def build_child(listener: socket.socket, child_opts: ServerOptions,
                     address: tuple[str, int]) -> Server:
-        # Runs in a forked child: a Server whose selector accepts from `listener` (the
-        # connections the parent hands over, see rpc/handoff.py): what Server._bind
-        # makes, less the bind (and with no Unix socket, which check_processes refuses
-        # for processes > 1).
-        server = Server(dispatcher, address[0], address[1], child_opts)
-        server._listener = listener
-        server._selector = Selector(listener, dispatcher, child_opts, server._budget,
-                                    server._state, None)
-        server.address = address
-        return server
+        # Runs in a forked child.
+        return Server(dispatcher, address[0], address[1], child_opts, listener=listener)
 
     return ProcessServer(build_child, host, port, opts, processes)
