@@ -29,7 +29,7 @@ shown they are fast:
   :class:`InlineWatch`, a thread that looks every :data:`WATCH_SECS` while inline calls
   are being made, sees the selector inside one call for more than
   :data:`TAKEOVER_SECS`, and the selector's loop continues in a new thread (see
-  ``Selector._take_over``). The blocked thread finishes its call as a worker would and
+  ``InlineCalls._take_over``). The blocked thread finishes its call as a worker would and
   then leaves. Other clients wait at most about ``TAKEOVER_SECS`` plus
   ``WATCH_SECS`` and the GIL's switch interval, once per such method.
 

@@ -1,11 +1,14 @@
 """A connection's life outside its calls, for the selector thread: accepting (with the
-per-address cap and throttled refusal lines), the periodic sweep of deadlines (first
-request, frame rate, parking, unread replies, lingering), and the drain at stop.
+per-address cap and throttled refusal lines), the TLS handshake, the periodic sweep of
+deadlines (first request, frame rate, parking, unread replies, lingering), the drain at
+stop, and the end: lingering after an error reply, and closing.
 
-:class:`Lifetime` is the base of :class:`~.selector.Selector`, which owns the state
-declared here and the per-call paths (read, submit, write, close) these methods end
-in; one object, so neither side pays an attribute hop (see selector.py). None of this
-runs per call: accept per connection, the sweep once a second, the drain once.
+:class:`Lifetime` is a base of :class:`~.selector.Selector`, which owns the state
+declared here and the per-call paths (read, submit, write) these methods end in; one
+object, so neither side pays an attribute hop (see selector.py). Little of this runs per
+call: accept and handshake per connection, the sweep once a second, the drain once; the
+close once per connection, and interest changes only when a connection turns from
+reading to writing or back.
 """
 
 from __future__ import annotations
@@ -21,27 +24,32 @@ from typing import Any
 import structlog
 
 from .completion import Completion
-from .connection import Connection, State
+from .connection import Connection, Event, State
 from .deadlines import ParkTimeoutError, overdue, unread_check_due
 from .dispatch import Status
-from .fastio import ACCELERATED
+from .fastio import ACCELERATED, recv_into
 from .metrics import ServerState
 from .options import ServerOptions
 from .peers import PeerShare
 from .throttle import LogThrottle
-from .tls import TLSStream
+from .tls import (DONE, WANT_WRITE, HandshakeFailed, TLSStream, first_bytes_are_tls,
+                  handshake_step, principal_of)
 from .unixsock import UnixListener, peer_credentials, remove_unix
 from .workers import WorkerPool
 
 log = structlog.get_logger(__name__)
 
 _EPOLLIN = select.EPOLLIN
+_EPOLLOUT = select.EPOLLOUT
 #: Connections accepted per pass, so a connection storm cannot stall existing clients.
 _MAX_ACCEPTS_PER_PASS = 64
 #: How long the listener rests after the process runs out of file descriptors.
 _EMFILE_PAUSE = 0.1
 #: SIOCOUTQ: bytes in a socket's send queue the peer has not acknowledged.
 _SIOCOUTQ = termios.TIOCOUTQ
+#: After an error reply, how long to keep reading (and discarding) before closing, so
+#: the kernel does not answer unread request bytes with a RST that destroys the reply.
+_LINGER_SECONDS = 2.0
 
 
 class Lifetime(Completion):
@@ -61,6 +69,9 @@ class Lifetime(Completion):
     _ep: select.epoll
     _conns: dict[int, Connection]
 
+    _scratch: memoryview
+    _lingering: int
+
     # The selector's own paths, which these end in.
     def _close(self, conn: Connection, reason: str | None = None) -> None:
         raise NotImplementedError
@@ -68,8 +79,10 @@ class Lifetime(Completion):
     def _refuse(self, conn: Connection, now: float) -> None:
         raise NotImplementedError
 
-    def _really_close(self, conn: Connection, reason: str | None = None,
-                      keep_socket: bool = False) -> None:
+    def _drop_output(self, conn: Connection) -> None:
+        raise NotImplementedError
+
+    def _tls_check_pending(self, conn: Connection) -> None:
         raise NotImplementedError
 
     # ----------------------------------------------------------------- accept
@@ -183,6 +196,38 @@ class Lifetime(Completion):
                         limit=limit, reason=f"{limit_name} ({limit}) reached",
                         similar_refusals_not_logged=held)
 
+    # ----------------------------------------------------------------- TLS handshake
+
+    def _handshake(self, conn: Connection, now: float) -> None:
+        """One nonblocking step of a TLS handshake (tls.py), on each socket event."""
+        sock = conn.tls.ssl
+        try:
+            if not conn.tls_peeked:
+                if not first_bytes_are_tls(sock):
+                    self._set_interest(conn, _EPOLLIN)     # nothing arrived yet
+                    return
+                conn.tls_peeked = True
+            step = handshake_step(sock)
+        except HandshakeFailed as exc:
+            self._state.tls_handshakes_failed += 1
+            held = self._refusal_log.allow(conn.host, now)
+            if held is not None:
+                log.warning("tls_handshake_failed", peer=conn.peer, reason=str(exc),
+                            similar_failures_not_logged=held)
+            self._really_close(conn)
+            return
+        if step == DONE:
+            self._state.tls_handshakes += 1
+            conn.principal = principal_of(sock, self.options.principal_from_cert)
+            conn.advance(Event.HANDSHAKE_DONE)
+            conn.last_activity = now
+            log.debug("tls_handshake_done", peer=conn.peer, principal=conn.principal,
+                      version=sock.version())
+            self._set_interest(conn, _EPOLLIN)
+            self._tls_check_pending(conn)
+        else:
+            self._set_interest(conn, _EPOLLOUT if step == WANT_WRITE else _EPOLLIN)
+
     # ----------------------------------------------------------------- timers
 
     def _sweep(self, now: float) -> None:
@@ -286,6 +331,84 @@ class Lifetime(Completion):
         self.wakeup.close()
         log.info("stopped", abandoned_connections=len(leftover), stuck_workers=stuck,
                  bytes_reserved=self._budget.reserved)
+
+    # ----------------------------------------------------------------- closing
+
+    def _start_linger(self, conn: Connection, now: float) -> None:
+        sock = conn.sock
+        assert sock is not None  # set by _accept before the connection is registered
+        try:
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._close(conn)
+            return
+        conn.linger_until = now + _LINGER_SECONDS
+        self._lingering += 1
+        self._set_interest(conn, _EPOLLIN)
+
+    def _discard(self, conn: Connection, now: float) -> None:
+        try:
+            while True:
+                n = recv_into(conn.io, self._scratch)
+                if n == 0:
+                    self._close(conn)
+                    return
+        except (BlockingIOError, InterruptedError):
+            if now >= conn.linger_until:
+                self._close(conn)
+        except OSError:
+            self._close(conn)
+
+    def _really_close(self, conn: Connection, reason: str | None = None,
+                      keep_socket: bool = False) -> None:
+        """Forget the connection and release its memory. ``keep_socket``: a worker is
+        still running its request and will close the socket when it is done."""
+        if reason:
+            log.info("connection_closed", peer=conn.peer, state=conn.state.name,
+                     reason=reason)
+        else:
+            log.debug("connection_closed", peer=conn.peer)
+        if conn.linger_until:
+            self._lingering -= 1
+            conn.linger_until = 0.0
+        self._set_interest(conn, None)
+        if self._conns.pop(conn.fd, None) is not None:
+            share = conn.share
+            share.connections -= 1
+            if share.connections <= 0:
+                # A request still in the pool decrements the orphaned counts; a new
+                # connection from this address starts afresh.
+                self.per_peer.pop(conn.host, None)
+        conn.close()
+        self._drop_output(conn)
+        sock = conn.sock
+        assert sock is not None  # set by _accept before the connection is registered
+        try:
+            if keep_socket:
+                sock.shutdown(socket.SHUT_RDWR)
+            else:
+                sock.close()
+        except OSError:
+            pass
+        self._state.connections_open -= 1
+
+    def _set_interest(self, conn: Connection, mask: int | None) -> None:
+        """Register, modify or unregister; 0 means unregistered too (an unregistered fd
+        cannot report the HUP/ERR that a registered one reports even with no interest)."""
+        if mask == 0:
+            mask = None
+        if conn.interest == mask:
+            return
+        try:
+            if mask is None:
+                self._ep.unregister(conn.fd)
+            elif conn.interest is None:
+                self._ep.register(conn.fd, mask)
+            else:
+                self._ep.modify(conn.fd, mask)
+        except (OSError, ValueError):
+            pass  # the descriptor is already gone; closing will follow
+        conn.interest = mask
 
 
 def _peer_name(addr: Any) -> str:

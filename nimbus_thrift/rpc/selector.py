@@ -16,12 +16,14 @@ its registration until the kernel reports data for it (a pipelined frame, or EOF
 only then is it unregistered. Closed-loop clients therefore cost no epoll_ctl calls per
 request; a pipelining client costs one.
 
-Reading, writing and closing stay in one class: they call each other on every path (a
-read completes a frame or refuses it and writes an error reply, a write resumes reading
-or closes), and as methods of one object they reach the shared state in one attribute
-hop, as the hot path needs. What happens outside a call (accepting, the sweep of
-deadlines, the drain at stop) is its base class, in lifetime.py. Owned by server.py's
-Server.
+Reading, submitting and writing stay in one class: they call each other on every path
+(a read completes a frame or refuses it and writes an error reply, a write resumes
+reading or closes). The other jobs are its base classes, one module each, so that they
+stay methods of one object and reach the shared state in one attribute hop, as the hot
+path needs: running calls in this thread (inline_calls.py); a connection's life outside
+its calls, from accept and TLS handshake to the sweep of deadlines, the drain at stop
+and the close (lifetime.py); the workers' way back (completion.py). Owned by
+server.py's Server.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ import socket
 import threading
 import time
 from collections import deque
-from time import perf_counter, thread_time
 from typing import Any
 
 import structlog
@@ -42,15 +43,13 @@ from .deadlines import ParkTimeoutError
 from .dispatch import Dispatcher, Reply, Status
 from .errors import AppErrorCode, FrameSizeError, NotThriftError, OverloadedError
 from .fastio import poll, recv_frame, recv_into, sendmsg
-from .inline import SLOW_SECS, InlineWatch, request_key, slow_on_cpu, thread_runnable
+from .inline import request_key
+from .inline_calls import InlineCalls, TakenOver
 from .memory import MemoryBudget
 from .metrics import ServerState
 from .options import ServerOptions
 from .peers import FAIR_SHARE, PeerShare
-from .lifetime import Lifetime
 from .throttle import LogThrottle
-from .tls import (DONE, WANT_WRITE, HandshakeFailed, first_bytes_are_tls, handshake_step,
-                  principal_of)
 from .unixsock import UnixListener
 from .workers import STALL_SECS, WorkerPool
 
@@ -76,19 +75,13 @@ _MAX_COMPLETIONS_PER_PASS = 1024
 _MAX_EVENTS = 1024
 #: Buffers handed to one sendmsg() call (well under IOV_MAX).
 _IOV_BATCH = 64
-#: After an error reply, how long to keep reading (and discarding) before closing, so
-#: the kernel does not answer unread request bytes with a RST that destroys the reply.
-_LINGER_SECONDS = 2.0
 
 
-class _TakenOver(Exception):
-    """Ends the loop in a thread whose inline call blocked (see Selector._take_over)."""
-
-
-class Selector(Lifetime):
-    """The selector thread's loop and all it does to sockets on a call's path.
-    :class:`~.lifetime.Lifetime` (its base) accepts, sweeps and drains;
-    :class:`Completion` (the base of that) is the workers' way back."""
+class Selector(InlineCalls):
+    """The selector thread's loop and all it does to sockets on a call's path. Its
+    bases: :class:`~.inline_calls.InlineCalls` runs calls in this thread;
+    :class:`~.lifetime.Lifetime` accepts, shakes hands, sweeps, drains and closes;
+    :class:`~.completion.Completion` is the workers' way back."""
 
     def __init__(self, listener: socket.socket, dispatcher: Dispatcher,
                  options: ServerOptions, budget: MemoryBudget, state: ServerState,
@@ -117,15 +110,12 @@ class Selector(Lifetime):
         #: Complete frames read this pass, submitted at its end (an attribute, not a
         #: local: a thread taking over the loop carries on with it, see _take_over).
         self._batch: list[tuple[Connection, Any]] = []
-        #: Inline calls (inline.py): when the running one began (perf_counter; 0 when
-        #: none), the pass's inline calls, how many so far, and the watch that takes
-        #: over when one blocks.
+        # Inline calls (declared and explained in inline_calls.py).
         self._inline_since = 0.0
-        self._inline_batch: list[tuple[Connection, Any, bytes]] = []
+        self._inline_batch = []
         self.inline_calls = 0
-        self._watch: InlineWatch | None = None
-        #: Holds the running inline call's index in _inline_batch (see _take_over).
-        self._claim: list[int] = []
+        self._watch = None
+        self._claim = []
         self._leaders = 1
         self._leader_tid = 0
         self._draining = False
@@ -166,7 +156,7 @@ class Selector(Lifetime):
         self._leader_tid = threading.get_native_id()
         try:
             self._loop()
-        except _TakenOver:
+        except TakenOver:
             return
         except BaseException:
             self._all_done.set()
@@ -481,97 +471,6 @@ class Selector(Lifetime):
             self._state.requests_submitted += len(inline)
             self._run_inline(inline, now, batch)
 
-    def _run_inline(self, calls: list[tuple[Connection, Any, bytes]], now: float,
-                    batch: list[tuple[Connection, Any]]) -> None:
-        """Run calls of methods proven fast here, in the selector thread, and book
-        each at once (inline.py). Raises _TakenOver when one blocked long enough for
-        another thread to take the loop over: this thread is then a worker with one
-        reply to deliver, and it leaves the rest of these calls to the pool."""
-        dispatch = self.dispatcher.dispatch
-        policy = self.policy
-        claim = self._claim
-        self._inline_batch = calls
-        stopping = self.stop_requested
-        # The thread's CPU clock, read once per pass (a system call, ~0.2 µs) and again
-        # only after a slow call: how much of the pass it spent off the CPU.
-        pass_cpu, pass_wall = thread_time(), perf_counter()
-        i = -1
-        for conn, frame, key in calls:
-            i += 1
-            started = perf_counter()
-            claim.append(i)                     # the call's place in calls: see _take_over
-            self._inline_since = started        # before the watch's `asleep` is read
-            self.inline_calls += 1
-            watch = self._watch
-            if watch is None or watch.asleep:
-                self._wake_watch()
-            try:
-                reply, status = dispatch(frame, conn.peer, conn.principal)
-            except BaseException:  # noqa: BLE001 - a bug must not stop the selector
-                log.exception("dispatch_crashed", peer=conn.peer, effect="connection closed")
-                reply, status = None, _CLOSE
-            try:
-                claim.pop()
-            except IndexError:                  # the watch took the loop over
-                self.deliver(conn, reply, status)   # the rest went to the pool already
-                raise _TakenOver from None
-            self._inline_since = 0.0
-            took = perf_counter() - started
-            if took >= SLOW_SECS:
-                off_cpu = (perf_counter() - pass_wall) - (thread_time() - pass_cpu)
-                if slow_on_cpu(took, off_cpu):
-                    policy.ran_inline(key, took)
-                else:
-                    log.debug("inline_call_preempted", method=key.decode("utf-8", "replace"),
-                              call_ms=round(took * 1000, 3),
-                              off_cpu_ms=round(off_cpu * 1000, 3))
-            unsent: Any = None
-            if reply is not None and status is not _CLOSE:
-                unsent = send_now(conn.io, reply)
-            self._book(conn, unsent, status, reply is not None, now, batch, stopping)
-
-    def _wake_watch(self) -> None:
-        if self._watch is None:
-            self._watch = InlineWatch(lambda: self._inline_since,
-                                      lambda: self.inline_calls, self._take_over,
-                                      lambda: thread_runnable(self._leader_tid))
-        self._watch.wake()
-
-    def _take_over(self, since: float) -> None:
-        """Called by the watch when the inline call that began at ``since`` still runs:
-        the loop continues in a new thread, the method goes back to the pool.
-
-        Who owns the loop is settled by one atomic step on each side, not a lock (one
-        per inline call cost more than the rest of its bookkeeping): the selector puts
-        a token in ``_claim`` before each inline call and pops it after; whoever pops
-        it first wins. Popped here, the selector finds the list empty when its call
-        returns and becomes a worker; popped there first, the list is empty here and
-        nothing happens. (A call that began between the watch's look and its pop is
-        the one taken over: rare, and harmless.) The blocked thread touches none of
-        what is read below until its own pop fails."""
-        try:
-            index = self._claim.pop()
-        except IndexError:
-            return              # that call ended meanwhile
-        self._inline_since = 0.0
-        calls = self._inline_batch
-        key = calls[index][2]
-        # The calls read in the same pass behind the blocked one: to the pool now, not
-        # when (if ever) it returns.
-        rest = [(conn, frame) for conn, frame, _ in calls[index + 1:]]
-        self._leaders += 1
-        self._state.selector_takeovers += 1
-        if rest:
-            self.pool.submit_many(rest)
-        blocked = perf_counter() - since
-        self.policy.demote(key, blocked)
-        log.warning("inline_call_blocked", method=key.decode("utf-8", "replace"),
-                    blocked_ms=round(blocked * 1000, 1),
-                    effect="a new selector thread carries on; the method goes back to "
-                           "the worker pool")
-        threading.Thread(target=self._lead, name=f"nimbus-selector-{self._leaders}",
-                         daemon=True).start()
-
     def _overloaded(self, conn: Connection, frame: Any, now: float,
                     batch: list[tuple[Connection, Any]]) -> None:
         pool = self.pool
@@ -688,36 +587,6 @@ class Selector(Lifetime):
 
     # ----------------------------------------------------------------- TLS
 
-    def _handshake(self, conn: Connection, now: float) -> None:
-        """One nonblocking step of a TLS handshake (tls.py), on each socket event."""
-        sock = conn.tls.ssl
-        try:
-            if not conn.tls_peeked:
-                if not first_bytes_are_tls(sock):
-                    self._set_interest(conn, _EPOLLIN)     # nothing arrived yet
-                    return
-                conn.tls_peeked = True
-            step = handshake_step(sock)
-        except HandshakeFailed as exc:
-            self._state.tls_handshakes_failed += 1
-            held = self._refusal_log.allow(conn.host, now)
-            if held is not None:
-                log.warning("tls_handshake_failed", peer=conn.peer, reason=str(exc),
-                            similar_failures_not_logged=held)
-            self._really_close(conn)
-            return
-        if step == DONE:
-            self._state.tls_handshakes += 1
-            conn.principal = principal_of(sock, self.options.principal_from_cert)
-            conn.advance(Event.HANDSHAKE_DONE)
-            conn.last_activity = now
-            log.debug("tls_handshake_done", peer=conn.peer, principal=conn.principal,
-                      version=sock.version())
-            self._set_interest(conn, _EPOLLIN)
-            self._tls_check_pending(conn)
-        else:
-            self._set_interest(conn, _EPOLLOUT if step == WANT_WRITE else _EPOLLIN)
-
     def _tls_check_pending(self, conn: Connection) -> None:
         st = conn.state
         # conn.io: ssl's C object (or the TLSStream), whose pending() is the same.
@@ -760,31 +629,6 @@ class Selector(Lifetime):
 
     # ----------------------------------------------------------------- closing
 
-    def _start_linger(self, conn: Connection, now: float) -> None:
-        sock = conn.sock
-        assert sock is not None  # set by _accept before the connection is registered
-        try:
-            sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            self._close(conn)
-            return
-        conn.linger_until = now + _LINGER_SECONDS
-        self._lingering += 1
-        self._set_interest(conn, _EPOLLIN)
-
-    def _discard(self, conn: Connection, now: float) -> None:
-        try:
-            while True:
-                n = recv_into(conn.io, self._scratch)
-                if n == 0:
-                    self._close(conn)
-                    return
-        except (BlockingIOError, InterruptedError):
-            if now >= conn.linger_until:
-                self._close(conn)
-        except OSError:
-            self._close(conn)
-
     def _close(self, conn: Connection, reason: str | None = None) -> None:
         if conn.state is State.CLOSED:
             return
@@ -797,53 +641,3 @@ class Selector(Lifetime):
             return
         self._really_close(conn, reason)
 
-    def _really_close(self, conn: Connection, reason: str | None = None,
-                      keep_socket: bool = False) -> None:
-        """Forget the connection and release its memory. ``keep_socket``: a worker is
-        still running its request and will close the socket when it is done."""
-        if reason:
-            log.info("connection_closed", peer=conn.peer, state=conn.state.name,
-                     reason=reason)
-        else:
-            log.debug("connection_closed", peer=conn.peer)
-        if conn.linger_until:
-            self._lingering -= 1
-            conn.linger_until = 0.0
-        self._set_interest(conn, None)
-        if self._conns.pop(conn.fd, None) is not None:
-            share = conn.share
-            share.connections -= 1
-            if share.connections <= 0:
-                # A request still in the pool decrements the orphaned counts; a new
-                # connection from this address starts afresh.
-                self.per_peer.pop(conn.host, None)
-        conn.close()
-        self._drop_output(conn)
-        sock = conn.sock
-        assert sock is not None  # set by _accept before the connection is registered
-        try:
-            if keep_socket:
-                sock.shutdown(socket.SHUT_RDWR)
-            else:
-                sock.close()
-        except OSError:
-            pass
-        self._state.connections_open -= 1
-
-    def _set_interest(self, conn: Connection, mask: int | None) -> None:
-        """Register, modify or unregister; 0 means unregistered too (an unregistered fd
-        cannot report the HUP/ERR that a registered one reports even with no interest)."""
-        if mask == 0:
-            mask = None
-        if conn.interest == mask:
-            return
-        try:
-            if mask is None:
-                self._ep.unregister(conn.fd)
-            elif conn.interest is None:
-                self._ep.register(conn.fd, mask)
-            else:
-                self._ep.modify(conn.fd, mask)
-        except (OSError, ValueError):
-            pass  # the descriptor is already gone; closing will follow
-        conn.interest = mask

@@ -245,7 +245,7 @@ def test_an_inline_call_slowed_by_losing_the_cpu_stays_inline(demo, logs, monkey
     # The thread's CPU clock standing still says it spent the whole pass off the CPU
     # (what a preemption by another process looks like): the same 3 ms call is then
     # not held against the method.
-    monkeypatch.setattr("nimbus_thrift.rpc.selector.thread_time", lambda: 0.0)
+    monkeypatch.setattr("nimbus_thrift.rpc.inline_calls.thread_time", lambda: 0.0)
     with serve(demo, SpinningEcho()) as server:
         with connect(server.address) as sock:
             warm(sock, demo)
