@@ -21,6 +21,8 @@ NIMBUS_PORT = 6627
 NIMBUS_COMPONENT = "__nimbus"
 #: The name of the daemon's Unix socket in its data directory.
 UNIX_SOCKET_NAME = "nimbus.sock"
+#: Environment variables that set a daemon's or a client's settings start with this.
+ENV_PREFIX = "NIMBUS_THRIFT_"
 
 
 def default_data_dir() -> Path:

@@ -34,10 +34,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..idl import NIMBUS_PORT, default_unix_socket
+from ..idl import ENV_PREFIX, NIMBUS_PORT, default_unix_socket
 from .defaults import DEFAULT_HOST
 
-ENV_PREFIX = "NIMBUS_THRIFT_"
 CONFIG_NAME = "client.yaml"
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..idl import NIMBUS_PORT, UNIX_SOCKET_NAME, default_data_dir
+from ..idl import ENV_PREFIX, NIMBUS_PORT, UNIX_SOCKET_NAME, default_data_dir
 # The server library's defaults are already Storm's (64 workers as nimbus.thrift.threads,
 # storm.thrift.socket.timeout.ms's 10 minutes idle); the daemon keeps them.
 from ..rpc.options import (DEFAULT_DECODED_SIZE_FACTOR, DEFAULT_FIRST_REQUEST_TIMEOUT,
@@ -26,7 +26,6 @@ from ..rpc.options import (DEFAULT_DECODED_SIZE_FACTOR, DEFAULT_FIRST_REQUEST_TI
                            DEFAULT_PARK_TIMEOUT, DEFAULT_WORKER_THREADS,
                            DEFAULT_WRITE_TIMEOUT)
 
-ENV_PREFIX = "NIMBUS_THRIFT_"
 
 #: Storm's nimbus.thrift.max_buffer_size, the daemon's default on purpose instead of the
 #: server library's (Thrift's 16 MB): upload chunks are 300 KiB, so 1 MiB frames are

@@ -37,7 +37,7 @@ from . import binary, decoded
 from .binary import CALL, EXCEPTION, ONEWAY, REPLY, MessageHeader, StructReader
 from .decoded import Budget, string_cost
 from .errors import BadVersionError, DecodeBudgetError, DecodeError
-from .pydecode import _BINARY, MAX_DEPTH, _split_spec, struct_cost
+from .pydecode import _BINARY, MAX_DEPTH, SCALAR_COST, _split_spec, struct_cost
 
 __all__ = ["PROTOCOL_ID", "read_message_header", "struct_reader", "decode_struct",
            "encode_message", "encode_application_exception", "skip", "CALL", "REPLY",
@@ -330,11 +330,6 @@ def _read_string(buf: Any, pos: int, end: int, depth: int, budget: Budget
     return value, pos + size
 
 
-_SCALAR_COST = {TType.BOOL: decoded.COST_BOOL, TType.BYTE: decoded.COST_INT,
-                TType.I16: decoded.COST_INT, TType.I32: decoded.COST_INT,
-                TType.I64: decoded.COST_INT, TType.DOUBLE: decoded.COST_DOUBLE}
-
-
 def _reader_for(ttype: int, spec: Any) -> Reader:
     if ttype == TType.STRING:
         return _read_string
@@ -371,7 +366,7 @@ def _list_reader(ttype: int, spec: Any) -> Reader:
     what = "set" if is_set else "list"
     base = decoded.COST_SET if is_set else decoded.COST_LIST
     per_item = (decoded.COST_SET_SLOT if is_set else decoded.COST_LIST_SLOT) \
-        + _SCALAR_COST.get(etype, 0)
+        + SCALAR_COST.get(etype, 0)
     min_size = MIN_SIZE.get(TO_COMPACT[etype], 1)
 
     def read(buf: Any, pos: int, end: int, depth: int, budget: Budget) -> tuple[Any, int]:
@@ -406,7 +401,7 @@ def _map_reader(spec: Any) -> Reader:
     ktype, kspec = _split_spec(spec[0])
     vtype, vspec = _split_spec(spec[1])
     readers: list[Reader] = []
-    per_item = decoded.COST_MAP_ENTRY + _SCALAR_COST.get(ktype, 0) + _SCALAR_COST.get(vtype, 0)
+    per_item = decoded.COST_MAP_ENTRY + SCALAR_COST.get(ktype, 0) + SCALAR_COST.get(vtype, 0)
     min_size = MIN_SIZE.get(TO_COMPACT[ktype], 1) + MIN_SIZE.get(TO_COMPACT[vtype], 1)
 
     def read(buf: Any, pos: int, end: int, depth: int, budget: Budget) -> tuple[Any, int]:
@@ -455,7 +450,7 @@ def _struct_reader(cls: type) -> Reader:
     def read(buf: Any, pos: int, end: int, depth: int, budget: Budget) -> tuple[Any, int]:
         if pending:
             for fid, ttype, name, spec in pending:
-                scalar = _SCALAR_COST.get(ttype, 0)
+                scalar = SCALAR_COST.get(ttype, 0)
                 if ttype == TType.BOOL:
                     fields[(fid, C_TRUE)] = fields[(fid, C_FALSE)] = (name, None, scalar)
                 else:

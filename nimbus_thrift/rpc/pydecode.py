@@ -52,7 +52,7 @@ _BINARY = 18  # thriftpy2's spec code for `binary` fields; on the wire it is STR
 Reader = Callable[[Any, int, int, int, Budget], tuple[Any, int]]
 
 #: A scalar's cost by spec type; every other type costs 0 here (it charges itself).
-_SCALAR_COST = {TType.BOOL: decoded.COST_BOOL, TType.BYTE: decoded.COST_INT,
+SCALAR_COST = {TType.BOOL: decoded.COST_BOOL, TType.BYTE: decoded.COST_INT,
                 TType.I16: decoded.COST_INT, TType.I32: decoded.COST_INT,
                 TType.I64: decoded.COST_INT, TType.DOUBLE: decoded.COST_DOUBLE}
 
@@ -228,7 +228,7 @@ def _list_reader(ttype: int, spec: Any) -> Reader:
     what = "set" if ttype == TType.SET else "list"
     base = decoded.COST_SET if ttype == TType.SET else decoded.COST_LIST
     per_item = (decoded.COST_SET_SLOT if ttype == TType.SET else decoded.COST_LIST_SLOT) \
-        + _SCALAR_COST.get(etype, 0)
+        + SCALAR_COST.get(etype, 0)
 
     def read(buf: Any, pos: int, end: int, depth: int, budget: Budget) -> tuple[Any, int]:
         nonlocal elem
@@ -264,7 +264,7 @@ def _map_reader(spec: Any) -> Reader:
     vtype, vspec = _split_spec(spec[1])
     kwire, vwire = _wire_type(ktype), _wire_type(vtype)
     readers: list[Reader] = []
-    per_item = decoded.COST_MAP_ENTRY + _SCALAR_COST.get(ktype, 0) + _SCALAR_COST.get(vtype, 0)
+    per_item = decoded.COST_MAP_ENTRY + SCALAR_COST.get(ktype, 0) + SCALAR_COST.get(vtype, 0)
 
     def read(buf: Any, pos: int, end: int, depth: int, budget: Budget) -> tuple[Any, int]:
         if not readers:
@@ -315,7 +315,7 @@ def _struct_reader(cls: type) -> Reader:
         if pending:
             for fid, ttype, name, spec in pending:
                 fields[(fid, _wire_type(ttype))] = (name, _reader_for(ttype, spec),
-                                                    _SCALAR_COST.get(ttype, 0))
+                                                    SCALAR_COST.get(ttype, 0))
             pending.clear()
         if depth >= MAX_DEPTH:
             _check_depth(depth)
