@@ -287,8 +287,15 @@ class Lifetime(Completion):
     # ----------------------------------------------------------------- stopping
 
     def _begin_drain(self) -> None:
-        """Stop accepting; close connections with no request in flight."""
+        """Stop accepting; close the connections with no request in flight or on its
+        way. Those with one are answered within the grace period, then closed."""
+        now = time.monotonic()
         for listener in self._listeners():
+            # Connections still in the backlog connected before the stop, and many have
+            # sent their request already: closing the listener would reset them. One
+            # last accept takes them in, and the rule below sorts them like the rest.
+            if not self._listener_paused_until:
+                self._accept_all(listener, now)
             try:
                 self._ep.unregister(listener.fileno())
             except (OSError, ValueError):
@@ -296,14 +303,26 @@ class Lifetime(Completion):
             listener.close()
         if self._unix is not None:
             remove_unix(self._unix)
-        in_flight = 0
+        in_flight = arriving = 0
         for conn in list(self._conns.values()):
             if conn.state in (State.PROCESSING, State.WRITING):
                 in_flight += 1
+            elif _request_arriving(conn):
+                arriving += 1
             else:
                 self._close(conn)
-        log.info("stopping", in_flight=in_flight,
-                 grace_s=round(max(0.0, self.stop_deadline - time.monotonic()), 3))
+        log.info("stopping", in_flight=in_flight, arriving=arriving,
+                 grace_s=round(max(0.0, self.stop_deadline - now), 3))
+
+    def _accept_all(self, listener: socket.socket, now: float) -> None:
+        """Accept until the backlog is empty (``_accept`` takes a bounded number per
+        call), within max_connections as always."""
+        while True:
+            accepted = self._state.connections_accepted + self._state.connections_refused
+            self._accept(listener, now)
+            if self._state.connections_accepted + self._state.connections_refused \
+                    == accepted or listener.fileno() == -1:
+                return
 
     def _finish(self, ep: select.epoll) -> None:
         pool = self.pool
@@ -409,6 +428,26 @@ class Lifetime(Completion):
         except (OSError, ValueError):
             pass  # the descriptor is already gone; closing will follow
         conn.interest = mask
+
+
+def _request_arriving(conn: Connection) -> bool:
+    """Whether a connection between calls has part of a request, or a whole one, that
+    was sent before the stop: read so far, or waiting in the kernel or the TLS layer.
+    Such a client is answered before the close rather than cut off (a close with unread
+    bytes is a reset, which loses the request and tells the client nothing)."""
+    state = conn.state
+    if state is not State.READING_HEADER:
+        return state is State.READING_FRAME or state is State.AWAITING_MEMORY
+    if conn.hdr or conn.leftover:
+        return True
+    io: Any = conn.io
+    if conn.tls is not None and io.pending():
+        return True
+    try:
+        raw = fcntl.ioctl(conn.fd, termios.FIONREAD, b"\0\0\0\0")
+    except OSError:
+        return False
+    return int.from_bytes(raw, "little", signed=True) > 0
 
 
 def _peer_name(addr: Any) -> str:

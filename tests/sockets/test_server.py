@@ -500,6 +500,54 @@ def test_graceful_stop_delivers_in_flight_replies(demo):
     assert server.metrics().connections_open == 0
 
 
+def _refused(address) -> bool:
+    try:
+        socket.create_connection(address, timeout=1).close()
+    except OSError:
+        return True
+    return False
+
+
+def test_a_request_partly_sent_before_stop_is_answered_then_closed(demo):
+    server = serve(demo)
+    with connect(server.address) as late, connect(server.address) as idle:
+        roundtrip(idle, call(demo.Echo, "ping"), demo.Echo)
+        request = call(demo.Echo, "echo", seqid=5, s="late")
+        late.sendall(request[:6])              # the length and part of the message
+        stopper = threading.Thread(target=server.stop, kwargs={"grace": 5.0})
+        stopper.start()
+        wait_for(lambda: _refused(server.address), what="the drain to begin")
+        assert wait_closed(idle) == b""          # nothing on its way: closed at once
+        late.sendall(request[6:])
+        reply = decode(read_frame(late), demo.Echo, "echo")
+        assert (reply.seqid, reply.body.success) == (5, "late")
+        assert wait_closed(late) == b""          # then closed, as after an in-flight call
+        stopper.join(5)
+        assert not stopper.is_alive()
+    assert server.metrics().connections_open == 0
+
+
+def test_requests_sent_just_before_stop_are_answered(demo):
+    # A client that connected and sent its request as the server began to stop: still
+    # in the listen backlog, accepted but unread, or already read. Each must get its
+    # reply before the close, not a reset. Repeated, as which of the three it is depends
+    # on where the selector was.
+    for round_ in range(20):
+        server = serve(demo)
+        clients = [connect(server.address) for _ in range(4)]
+        try:
+            for i, sock in enumerate(clients):
+                sock.sendall(call(demo.Echo, "echo", seqid=i, s=f"r{round_}c{i}"))
+            server.stop(grace=5.0)
+            for i, sock in enumerate(clients):
+                reply = decode(read_frame(sock), demo.Echo, "echo")
+                assert (reply.seqid, reply.body.success) == (i, f"r{round_}c{i}")
+                assert wait_closed(sock) == b""
+        finally:
+            for sock in clients:
+                sock.close()
+
+
 def test_requests_not_started_at_stop_are_dropped_not_run(demo):
     handler = GatedEcho()
     server = serve(demo, handler, worker_threads=1)
