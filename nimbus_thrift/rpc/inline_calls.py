@@ -143,5 +143,13 @@ class InlineCalls(Lifetime):
                     blocked_ms=round(blocked * 1000, 1),
                     effect="a new selector thread carries on; the method goes back to "
                            "the worker pool")
-        threading.Thread(target=self._lead, name=f"nimbus-selector-{self._leaders}",
+        threading.Thread(target=self._lead_taken_over, name=f"nimbus-selector-{self._leaders}",
                          daemon=True).start()
+
+    def _lead_taken_over(self) -> None:
+        """The loop in a thread started by a take-over. A crash there is logged as the
+        first thread's is (by Server._serve), not left to threading's excepthook."""
+        try:
+            self._lead()
+        except BaseException:  # noqa: BLE001 - logged; _lead has ended the server
+            log.exception("selector_crashed", thread=threading.current_thread().name)

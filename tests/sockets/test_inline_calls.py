@@ -256,3 +256,30 @@ def test_an_inline_call_slowed_by_losing_the_cpu_stays_inline(demo, logs, monkey
     assert not [e for e in logs if e["event"] == "method_back_to_workers"]
     # (A warm-up call slowed by a busy machine may be logged too.)
     assert "echo" in [e["method"] for e in logs if e["event"] == "inline_call_preempted"]
+
+
+def test_a_crash_in_a_selector_thread_started_by_a_takeover_is_logged(demo, logs):
+    handler = ThreadedEcho()
+    server = serve(demo, handler)
+    try:
+        with connect(server.address) as a, connect(server.address) as b:
+            warm(a, demo)
+            a.sendall(call(demo.Echo, "echo", seqid=7, s="block"))
+            assert handler.blocked.wait(5)
+            wait_for(lambda: server.metrics().selector_takeovers == 1, what="takeover")
+
+            def broken_read(*args):
+                raise RuntimeError("injected fault in the read path")
+
+            # Fault injection: the next read, in the new selector thread, fails.
+            server._selector._read = broken_read
+            b.sendall(call(demo.Echo, "echo", seqid=8, s="x"))
+            wait_for(lambda: any(e["event"] == "selector_crashed" for e in logs),
+                     what="the crash to be logged")
+            handler.gate.set()
+    finally:
+        handler.gate.set()
+        server.stop(grace=0.5)
+    crashed = [e for e in logs if e["event"] == "selector_crashed"]
+    assert len(crashed) == 1 and crashed[0]["thread"] == "nimbus-selector-2"
+    assert crashed[0]["exc_info"]
