@@ -1,0 +1,46 @@
+"""The ``nimbus-thrift`` command: parse, validate, call one library function.
+
+User mistakes are one sentence and a non-zero exit, never a traceback.
+
+This package holds the click group and registers the commands; each module beside it
+owns one job: the shared flags (:mod:`.options`), the values users type
+(:mod:`.param_types`), the client connection (:mod:`.connection`), stopping on signals
+(:mod:`.stop_signals`), submit's progress lines (:mod:`.progress`), and the commands
+themselves: the demo server (:mod:`.demo_command`), the daemon (:mod:`.daemon_commands`),
+the topologies (:mod:`.topology_commands`), submitting (:mod:`.submit_command`) and the
+blob store (:mod:`.blob_commands`).
+"""
+
+from __future__ import annotations
+
+import click
+
+from .blob_commands import blob
+from .daemon_commands import nimbus, ui, warm_up
+from .demo_command import demo
+from .submit_command import submit
+from .topology_commands import activate, conf, deactivate, info, kill, list_, rebalance, \
+    set_log_level
+
+
+@click.group()
+@click.version_option(package_name="nimbus-thrift")
+def main() -> None:
+    """nimbus-thrift: a Storm-Nimbus-like service on a half-sync/half-async Thrift server.
+
+    Start the daemon with `nimbus` (`warm-up` first makes topologies start sooner);
+    `submit`, `list`, `info`, `kill`, `activate`, `deactivate`, `rebalance`, `conf`,
+    `set-log-level` and `blob` talk to a running one: through the local daemon's Unix
+    socket when it exists and no host or port is given, else over TCP (--host/--port),
+    with TLS given --tls-cert, --tls-key or --tls-ca. Each setting also comes from
+    NIMBUS_THRIFT_HOST, ..._PORT, ..._TLS_CERT, ..._TLS_KEY, ..._TLS_CA, ..._UNIX_SOCKET,
+    or from ~/.config/nimbus-thrift/client.yaml (keys host, port, tls_cert, tls_key,
+    tls_ca, unix_socket); flags win over the environment, which wins over the file.
+    """
+
+
+# The order commands were written in (--help sorts them by name).
+for _command in (demo, nimbus, ui, warm_up, list_, info, kill, activate, deactivate,
+                 rebalance, submit, conf, blob, set_log_level):
+    main.add_command(_command)
+del _command

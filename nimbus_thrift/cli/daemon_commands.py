@@ -1,0 +1,133 @@
+"""The daemon's commands: ``nimbus`` (run it), ``ui`` (where its web UI is) and
+``warm-up`` (prepare Spark before the first submit)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .. import logs
+from ..idl import NIMBUS_PORT
+from ..tuning import tune_allocator
+from .stop_signals import on_stop_signals, wait
+
+
+@click.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="NIMBUS_THRIFT_CONFIG",
+              help="YAML file of settings (keys as the flags, e.g. data_dir: /srv/nimbus).")
+@click.option("--host", help="Address to listen on.  [default: 127.0.0.1]")
+@click.option("--port", type=int, help=f"Port to listen on.  [default: {NIMBUS_PORT}, as Storm]")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="State, uploads, work directories.  [default: ~/.local/share/nimbus-thrift]")
+@click.option("--launcher", help="What runs topologies: 'spark', 'none' or "
+                                 "module:factory.  [default: spark]")
+@click.option("--spark-master", help="Spark master for topologies.  [default: local[*]]")
+@click.option("--workers", "worker_threads", type=int, help="RPC worker threads.  [default: 64]")
+@click.option("--max-frame-size", type=int, help="Largest request frame in bytes.  "
+                                                 "[default: 1048576, as Storm]")
+@click.option("--max-upload-bytes", type=int, help="Largest code upload.  [default: 256 MiB]")
+@click.option("--tls-cert", "tls_cert_file", type=click.Path(dir_okay=False),
+              help="The daemon's certificate (PEM); with --tls-key the port speaks TLS only.")
+@click.option("--tls-key", "tls_key_file", type=click.Path(dir_okay=False),
+              help="The key of --tls-cert (PEM, unencrypted).")
+@click.option("--tls-client-ca", "tls_client_ca_file", type=click.Path(dir_okay=False),
+              help="CA certificate(s) (PEM): every client must present a certificate "
+                   "signed by one; its common name is the caller's principal.")
+@click.option("--insecure", is_flag=True, default=None,
+              help="Allow listening on a non-loopback address without mutual TLS.")
+@click.option("--ui-port", type=click.IntRange(-1, 65535),
+              help="Port of the web UI, Storm's REST API and /metrics; 0 turns them off, "
+                   "-1 takes any free port.  [default: 8080, as Storm's ui.port]")
+@click.option("--unix-socket", help="Unix socket for local users (their OS user is their "
+                                    "principal); '' for none.  [default: "
+                                    "<data dir>/nimbus.sock]")
+@click.option("--log-level", type=click.Choice(logs.LEVELS), help="[default: info]")
+@click.option("--log-format", type=click.Choice(["auto", "console", "json"]),
+              help="auto: console on a terminal, JSON otherwise.  [default: auto]")
+def nimbus(config_file: Path | None, **flags: Any) -> None:
+    """Run the nimbus daemon in the foreground until SIGTERM or Ctrl-C.
+
+    Settings come from defaults, then the --config file, then NIMBUS_THRIFT_<SETTING>
+    environment variables (NIMBUS_THRIFT_DATA_DIR, ...), then these flags.
+    """
+    from ..nimbus import ConfigError, DaemonError, NimbusDaemon, load_config
+
+    try:
+        config = load_config(config_file, os.environ, flags)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    logs.configure(config.log_level, config.log_format)  # type: ignore[arg-type]
+    tune_allocator("bounded")
+    daemon = NimbusDaemon(config)
+    stop = on_stop_signals()
+    try:
+        host, port = daemon.start()
+    except DaemonError as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
+    click.echo(f"nimbus listening on {host}:{port} (data in {config.data_dir}, "
+               f"launcher {config.launcher}); Ctrl-C or SIGTERM stops", err=True)
+    if daemon.ui_url is not None:
+        click.echo(f"web UI, REST API and /metrics at {daemon.ui_url}", err=True)
+    wait(stop)
+    daemon.stop(grace=10.0)
+
+
+@click.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="NIMBUS_THRIFT_CONFIG", help="The daemon's YAML settings file.")
+def ui(config_file: Path | None) -> None:
+    """Print the URL of the daemon's web UI (from its settings: ui_port, ui_host, TLS)."""
+    from ..nimbus import ConfigError, load_config
+    from ..nimbus.web.address import ui_url
+
+    try:
+        config = load_config(config_file, os.environ, {})
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    url = ui_url(config)
+    if url is None:
+        raise click.ClickException("the web UI is off (ui_port is 0)")
+    if config.ui_port < 0:
+        raise click.ClickException("ui_port is -1 (any free port): the URL is in the "
+                                   "daemon's log (ui_listening url=...)")
+    click.echo(url)
+
+
+@click.command("warm-up")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="NIMBUS_THRIFT_CONFIG", help="The daemon's YAML settings file.")
+@click.option("--spark-master", help="Spark master to run it on.  [default: local[*]]")
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=600.0,
+              show_default=True, help="Seconds to give up after.")
+def warm_up(config_file: Path | None, spark_master: str | None, timeout: float) -> None:
+    """Make the Spark driver's class archive before the first submit.
+
+    Topologies start 4-6 s sooner once it exists; without this the first launch on a
+    machine makes it. Runs a small built-in topology once (about a minute on 2 cores)
+    with the daemon's settings (spark_cache_dir, spark_master); does nothing if the
+    archive is there. scripts/setup.sh runs it.
+    """
+    from ..nimbus import ConfigError, load_config
+    from ..nimbus.launcher import LauncherError
+    from ..nimbus.spark.warmup import WarmUpError, warm_up as run
+
+    try:
+        config = load_config(config_file, os.environ, {"spark_master": spark_master})
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    logs.configure("warning", "console")
+    try:
+        result = run(config, timeout=timeout,
+                     progress=lambda line: click.echo(f"warm-up: {line}", err=True))
+    except (WarmUpError, LauncherError) as exc:
+        raise click.ClickException(f"warm-up failed: {exc}") from None
+    took = f" in {result.seconds:.0f} s" if result.seconds else ""
+    where = f": {result.archive}" if result.archive else ""
+    click.echo(f"warm-up: {result.detail}{took}{where}", err=True)

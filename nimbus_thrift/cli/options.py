@@ -1,0 +1,80 @@
+"""Flags several commands share: logging, where the nimbus is, reply timeouts, --json
+(and how --json output is printed)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+import click
+
+from .. import logs, render
+from ..client.defaults import DEFAULT_HOST, DEFAULT_TIMEOUT
+from ..idl import NIMBUS_PORT
+
+
+def logging_options(func: Any) -> Any:
+    func = click.option("--log-level", type=click.Choice(logs.LEVELS), default="info",
+                        show_default=True, envvar="NIMBUS_THRIFT_LOG_LEVEL")(func)
+    func = click.option("--log-format", type=click.Choice(["auto", "console", "json"]),
+                        default="auto", show_default=True, envvar="NIMBUS_THRIFT_LOG_FORMAT",
+                        help="auto: console on a terminal, JSON otherwise.")(func)
+    return func
+
+
+def connection_options(func: Any) -> Any:
+    """--host, --port, the TLS files and --unix-socket, merged with the environment and
+    client.yaml into one ClientSettings that the command receives as ``target``."""
+
+    @functools.wraps(func)
+    def command(*args: Any, host: str | None, port: int | None, tls_cert: str | None,
+                tls_key: str | None, tls_ca: str | None, unix_socket: str | None,
+                **kwargs: Any) -> Any:
+        from ..client.settings import ClientSettingsError, load_client_settings
+
+        try:
+            target = load_client_settings({"host": host, "port": port, "tls_cert": tls_cert,
+                                           "tls_key": tls_key, "tls_ca": tls_ca,
+                                           "unix_socket": unix_socket})
+        except ClientSettingsError as exc:
+            raise click.UsageError(str(exc)) from None
+        return func(*args, target=target, **kwargs)
+
+    path = click.Path(dir_okay=False)
+    command = click.option("--unix-socket", type=path,
+                           help="Connect to the daemon's Unix socket at this path instead "
+                                "of TCP (env NIMBUS_THRIFT_UNIX_SOCKET).")(command)
+    command = click.option("--tls-ca", type=path,
+                           help="CA certificate (PEM) the server's certificate must be "
+                                "signed by; TLS (env NIMBUS_THRIFT_TLS_CA).")(command)
+    command = click.option("--tls-key", type=path,
+                           help="The key of --tls-cert (PEM) (env NIMBUS_THRIFT_TLS_KEY)."
+                           )(command)
+    command = click.option("--tls-cert", type=path,
+                           help="This client's certificate (PEM), for a daemon that "
+                                "requires one; TLS (env NIMBUS_THRIFT_TLS_CERT).")(command)
+    command = click.option("--port", type=click.IntRange(1, 65535),
+                           help=f"Port of the nimbus (env NIMBUS_THRIFT_PORT).  "
+                                f"[default: {NIMBUS_PORT}]")(command)
+    command = click.option("--host",
+                           help="Where the nimbus runs (env NIMBUS_THRIFT_HOST).  [default: "
+                                "the local daemon's socket if it exists and no --port is "
+                                f"given, else {DEFAULT_HOST}]")(command)
+    return command
+
+
+def client_options(func: Any) -> Any:
+    func = click.option("--timeout", type=click.FloatRange(0, min_open=True),
+                        default=DEFAULT_TIMEOUT, show_default=True,
+                        help="Seconds to wait for each reply.")(func)
+    return connection_options(func)
+
+
+def json_option(func: Any) -> Any:
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print JSON for scripts instead of a table.")(func)
+
+
+def echo_json(value: Any) -> None:
+    click.echo(json.dumps(render.jsonable(value), indent=2, sort_keys=True))
