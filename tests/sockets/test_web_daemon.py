@@ -27,7 +27,7 @@ from nimbus_thrift.nimbus.web import httpserver
 from nimbus_thrift.nimbus.web.limits import HttpLimits
 
 from support.certs import make_pki
-from support.nimbus import FakeClock, N, make_zip, port_of, wordcount
+from support.nimbus import FakeClock, make_zip, port_of, wordcount
 from support.rawthrift import closed_by_peer, connect, wait_closed, wait_for
 from support.web import FiguresLauncher, http_get
 

@@ -18,7 +18,7 @@ from nimbus_thrift.nimbus.web.history import rate_series
 from nimbus_thrift.nimbus.web.static import StaticFiles
 from nimbus_thrift.nimbus.web.storm_api import pretty_secs
 
-from support.nimbus import N, request_as
+from support.nimbus import request_as
 from support.web import ERROR_TEXT, WebEnv
 
 
