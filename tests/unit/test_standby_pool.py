@@ -19,13 +19,14 @@ from support.nimbus import make_zip, wordcount
 
 from nimbus_thrift.nimbus.config import ConfigError, load_config
 from nimbus_thrift.nimbus.launcher import LaunchSpec
-from nimbus_thrift.nimbus.spark.launcher import SparkLauncher, standby_count
+from nimbus_thrift.nimbus.spark.launcher import SparkLauncher
 from nimbus_thrift.nimbus.spark.memory import memory_request
 from nimbus_thrift.nimbus.spark.processes import proc_info, session_members
 from nimbus_thrift.nimbus.spark.records import Run
 from nimbus_thrift.nimbus.spark.standby import (TRANSITIONS, Event, Phase, StandbyError,
                                                 StandbyPool, next_phase)
 from nimbus_thrift.nimbus.spark.standby_app import STANDBY_DIR, tidy_standbys
+from nimbus_thrift.nimbus.spark.standby_drivers import standby_count
 from nimbus_thrift.nimbus.spark.status import run_status
 from nimbus_thrift.nimbus.spark.submit import (DAEMON_MODULE, WORKER_DAEMON, standby_key,
                                                submit_command)

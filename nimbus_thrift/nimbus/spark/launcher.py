@@ -46,10 +46,14 @@ with growing waits); stopping is ``control=stop``, then SIGTERM, then SIGKILL to
 process of the session, until none is left.
 
 The modules beside this one each own one part of it: :mod:`.processes` (``/proc``
-and signals), :mod:`.install` (Spark, Java and the cache), :mod:`.archive` (the class
-archive), :mod:`.records` (``launch.json``), :mod:`.status` (the detail sentences),
-:mod:`.submit` (the command line and environment), :mod:`.master` (where a master runs
-applications).
+and signals), :mod:`.install` (Spark, Java and the cache), :mod:`.app_home` (the
+applications' SPARK_HOME), :mod:`.archive` (the class archive) and
+:mod:`.archive_choice` (which one a launch maps), :mod:`.records` (``launch.json``),
+:mod:`.status` (the detail sentences), :mod:`.submit` (the command line and
+environment), :mod:`.spawn` (starting a process), :mod:`.standby_drivers` (taking
+and starting standbys), :mod:`.recovery` (deaths and relaunches),
+:mod:`.termination` (stopping a session), :mod:`.master` (where a master runs
+applications). This one holds the table of runs and the Launcher calls.
 """
 
 from __future__ import annotations
@@ -57,11 +61,8 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import signal
-import subprocess
 import threading
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -70,60 +71,31 @@ import structlog
 from ...runner.rundir import RunDir
 from ...runner.spec import RunSpec, from_plan
 from ...topology.validate import InvalidTopology
-from ..admission import default_budget
 from ..config import NimbusConfig
 from ..launcher import LauncherError, LaunchSpec, RunStatus, WorkerNode
-from .archive import JVM_CRASH, ClassArchive, archive_layout, unlink
+from .app_home import AppSparkHome
+from .archive import ClassArchive
+from .archive_choice import ArchiveChoice
 from .install import (CLASS_ARCHIVE_DIR, MIRROR_DIR, default_submit, find_spark_home,
-                      java_binary, mirror_spark_home, resolve_cache_dir, spark_version,
-                      tidy_mirrors)
+                      java_binary, resolve_cache_dir, spark_version, tidy_mirrors)
 from .master import cluster_nodes, local_node, local_threads, master_ui_url
 from .memory import memory_request
-from .processes import exit_text, proc_cmdline, proc_info, session_members, signal_session
 from .records import FINAL_STATES, Run
+from .recovery import RESTART_BACKOFF_SECS, Recovery
+from .spawn import Spawner, memory_of
 from .standby import REPLACE_DELAY_SECS, StandbyPool
-from .standby_app import (MAX_WARM_TASKS, STANDBY_DIR, StandbyApp, tidy_standbys,
-                          warmup_spec)
-from .status import (BANNER, MAX_ERRORS, SPARK_COMPONENT, failure_text, launch_stderr,
-                     run_status)
-from .submit import (SPARK_MAIN, environment, extract_code, free_port, log_file,
-                     standby_key, submit_command, user_confs)
+from .standby_app import STANDBY_DIR, StandbyApp, tidy_standbys
+from .standby_drivers import StandbyDrivers, standby_count
+from .status import failure_text, run_status
+from .submit import extract_code
+from .termination import TERM_GRACE_SECS, terminate
 
 log = structlog.get_logger(__name__)
 
-#: After SIGTERM to the session, this long before SIGKILL. The JVM exits within a
-#: second of SIGTERM (measured 0.97 s); the rest is margin for a loaded machine.
-TERM_GRACE_SECS = 5.0
-#: After SIGKILL the processes are gone within a fraction of a second (0.12 s).
-KILL_WAIT_SECS = 5.0
 #: How often the monitor thread looks for dead applications to relaunch.
 MONITOR_SECS = 2.0
-#: The first relaunch waits this long after the failure; each next one 4 times longer.
-RESTART_BACKOFF_SECS = 5.0
-#: ... but never longer than this.
-RESTART_BACKOFF_MAX_SECS = 300.0
-#: An application relaunched after a failure that then runs this long has recovered:
-#: its next failure starts the count of restarts again.
-RESTART_RESET_SECS = 600.0
 #: A cluster's workers are read again after this long (getClusterInfo may be frequent).
 NODES_CACHE_SECS = 5.0
-
-
-def standby_count(config: NimbusConfig) -> int:
-    """Standby drivers to keep: ``standby_drivers``, whose default (-1) is 1 on a local
-    master with PySpark's own spark-submit (a configured one may not run our driver)
-    and 0 otherwise (on a cluster a standby would hold cores)."""
-    if config.standby_drivers >= 0:
-        return config.standby_drivers
-    return 1 if local_threads(config.spark_master) is not None and \
-        not config.spark_submit else 0
-
-
-def _memory_of(conf: Mapping[str, Any]) -> int:
-    try:
-        return memory_request(conf)
-    except ValueError:              # refused at submit; an old record's: takes none
-        return 0
 
 
 class SparkLauncher:
@@ -134,13 +106,14 @@ class SparkLauncher:
             ``spark_master_ui``, ``restart_failed``, ``max_restarts``,
             ``stop_grace_secs``, ``data_dir``); defaults when None.
         clock: wall-clock seconds, for restart waits and reported times.
-        term_grace, monitor_secs, restart_backoff: see the module constants (tests
+        term_grace, monitor_secs, restart_backoff: see :data:`.termination.TERM_GRACE_SECS`,
+            :data:`MONITOR_SECS`, :data:`.recovery.RESTART_BACKOFF_SECS` (tests
             shorten them).
         standbys: keep the configuration's ``standby_drivers`` standby drivers (the
             daemon's launcher does; a launcher made for one job does not), after
             stopping those an earlier daemon left.
         standby_replace_delay: see :data:`.standby.REPLACE_DELAY_SECS`.
-        cache_dir: where the mirror of Spark home (:func:`mirror_spark_home`) and
+        cache_dir: where the mirror of Spark home (:class:`.app_home.AppSparkHome`) and
             the driver JVM's class archives (:class:`ClassArchive`) are kept: a
             directory, False for neither, or True (the default) for the configuration's
             ``spark_cache_dir``, whose empty default is
@@ -163,7 +136,6 @@ class SparkLauncher:
         self.clock = clock
         self.term_grace = term_grace
         self.monitor_secs = monitor_secs
-        self.restart_backoff = restart_backoff
         self.started_at = clock()
         self.spark_home = find_spark_home()
         self.version = spark_version(self.spark_home)
@@ -176,35 +148,51 @@ class SparkLauncher:
         self.cache_dir = resolve_cache_dir(self.config, cache_dir)
         if self.spark_home is None:
             self.cache_dir = None
-        #: The SPARK_HOME of applications: the mirror, once made.
-        self.app_spark_home: Path | None = None
-        self._mirror_lock = threading.Lock()
-        self.class_archive: ClassArchive | None = None
+        #: The SPARK_HOME of applications: the mirror, made at the first launch.
+        self.app_home = AppSparkHome(self.spark_home, self.cache_dir)
+        class_archive: ClassArchive | None = None
         java = java_binary()
         if self.cache_dir is not None and self.spark_home is not None and java is not None:
-            self.class_archive = ClassArchive(self.cache_dir / CLASS_ARCHIVE_DIR,
-                                              self.spark_home, java)
+            class_archive = ClassArchive(self.cache_dir / CLASS_ARCHIVE_DIR,
+                                         self.spark_home, java)
             # What other installations left: ~200 MB per archive of a deleted venv.
-            self.class_archive.tidy()
+            class_archive.tidy()
             tidy_mirrors(self.cache_dir / MIRROR_DIR)
         self._runs: dict[str, Run] = {}
         self._runs_lock = threading.Lock()
         self._closed = threading.Event()
         self._monitor: threading.Thread | None = None
         self._nodes_cache: tuple[float, list[WorkerNode]] | None = None
-        self._budget = self.config.spark_memory_budget or default_budget()
-        self._standby_seq = 0
+        # The jobs beside the table of runs, each in its module (the module docstring).
+        self.archives = ArchiveChoice(class_archive, self.app_home.path, self._all_runs)
+        self.spawner = Spawner(self.config, self.submit, self.app_home, self.archives,
+                               clock)
+        self.recovery = Recovery(self.config, clock, self.spawner, self.archives,
+                                 restart_backoff)
         self.standbys: StandbyPool[StandbyApp] | None = None
+        self._standby_drivers: StandbyDrivers | None = None
         if standbys:
             tidy_standbys(self.config.data_dir / STANDBY_DIR)
             wanted = standby_count(self.config)
             if wanted:
-                self.standbys = StandbyPool(
-                    wanted, standby_key(self.config.spark_master, self._standby_spec("-"), 1),
-                    self._spawn_standby, room=self._standby_room, clock=time.monotonic,
-                    backoff=restart_backoff, replace_delay=standby_replace_delay)
+                self._standby_drivers = StandbyDrivers(
+                    self.config, clock, self.spawner, self.archives, self._all_runs,
+                    wanted=wanted, backoff=restart_backoff,
+                    replace_delay=standby_replace_delay)
+                self.standbys = self._standby_drivers.pool
                 self.standbys.check()       # now: the first submit may come at once
                 self._ensure_monitor()
+
+    @property
+    def class_archive(self) -> ClassArchive | None:
+        """The driver JVM's class archives (:class:`ClassArchive`); None without a
+        cache directory or Java."""
+        return self.archives.archive
+
+    @class_archive.setter
+    def class_archive(self, archive: ClassArchive | None) -> None:
+        # Tests put in archives of a fake Java.
+        self.archives.archive = archive
 
     # --- the Launcher protocol ------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> None:
@@ -252,7 +240,7 @@ class SparkLauncher:
             run.next_restart_at = None
             if run.dir.root.is_dir():
                 run.dir.set_control("stop")
-            self._terminate(run, grace)
+            terminate(run, grace, self.term_grace, self.recovery.note_death)
             run.save()
         log.info("spark_app_stopped", topology=topology_id, pid=run.pid)
         with self._runs_lock:
@@ -272,7 +260,7 @@ class SparkLauncher:
                     with run.fields_lock:
                         run.last_failure = failure_text(run, last)
                         run.restarts = 0
-                        self._respawn(run, reason="resume")
+                        self.recovery.respawn(run, reason="resume")
 
     def rebalance(self, spec: LaunchSpec) -> None:
         """Stop the application gracefully, rewrite its spec with the new parallelism
@@ -287,7 +275,8 @@ class SparkLauncher:
             run.next_restart_at = None
             run.save()
             run.dir.set_control("stop")
-            self._terminate(run, self.config.stop_grace_secs)
+            terminate(run, self.config.stop_grace_secs, self.term_grace,
+                      self.recovery.note_death)
             run.restarts = 0
             run.last_failure = ""
             self._start(run, spec, reason="rebalance")
@@ -314,12 +303,29 @@ class SparkLauncher:
         alive = run.alive()
         last = run.status_file()
         if not alive:
-            self._note_death(run)
+            self.recovery.note_death(run)
         return run_status(run, alive, last, self.config, self.clock)
 
     def memory_request(self, conf: Mapping[str, Any]) -> int:
         """The driver's heap and its process overhead (:mod:`.memory`)."""
         return memory_request(conf)
+
+    def command(self, run_spec: RunSpec, work_dir: Path, ui_port: int,
+                num_workers: int, *, archive: Sequence[str] = ()) -> list[str]:
+        """The spark-submit command line of one topology
+        (:meth:`.spawn.Spawner.command`)."""
+        return self.spawner.command(run_spec, work_dir, ui_port, num_workers,
+                                    archive=archive)
+
+    def environment(self, work_dir: Path) -> dict[str, str]:
+        """The application's environment (:meth:`.spawn.Spawner.environment`)."""
+        return self.spawner.environment(work_dir)
+
+    def class_archive_for(self, conf: Mapping[str, Any]) -> Path | None:
+        """The class archive (made or yet to be made) a topology with configuration
+        ``conf`` would map, or None when it would get none
+        (:meth:`.archive_choice.ArchiveChoice.archive_for`)."""
+        return self.archives.archive_for(conf)
 
     def nodes(self) -> list[WorkerNode]:
         """Where topologies run: this machine for a local master, the alive workers of
@@ -327,8 +333,7 @@ class SparkLauncher:
         master = self.config.spark_master
         threads = local_threads(master)
         if threads is not None:
-            with self._runs_lock:
-                runs = list(self._runs.values())
+            runs = self._all_runs()
             alive = [run for run in runs if run.pid and not run.stopped and run.alive()]
             return [local_node(threads, [run.cores for run in alive], self.started_at,
                                self.version, tuple(run.topology_id for run in alive))]
@@ -367,57 +372,17 @@ class SparkLauncher:
                 self.standbys.check()
             except Exception as exc:  # noqa: BLE001 - the monitor must keep going
                 log.error("spark_standby_check_failed", error=str(exc), exc_info=exc)
-        with self._runs_lock:
-            runs = list(self._runs.values())
+        runs = self._all_runs()
         for run in runs:
             if not run.lock.acquire(blocking=False):
                 continue            # being stopped, rebalanced or launched right now
             try:
-                self._check_run(run)
+                self.recovery.check_run(run)
             except Exception as exc:  # noqa: BLE001 - the monitor must keep going
                 log.error("spark_monitor_failed", topology=run.topology_id,
                           error=str(exc), exc_info=exc)
             finally:
                 run.lock.release()
-
-    def _check_run(self, run: Run) -> None:
-        if not run.pid or run.stopped or run.pending_relaunch:
-            return
-        now = self.clock()
-        if run.alive():
-            self._dump_class_archive(run)
-            if run.restarts and now - run.launched_at > RESTART_RESET_SECS:
-                last = run.status_file()
-                if last is not None and last.state == "running":
-                    run.restarts = 0
-                    run.save()
-            return
-        self._note_death(run)
-        last = run.status_file()
-        if not run.restartable(last, self.config):
-            return
-        if run.next_restart_at is None:
-            run.next_restart_at = (run.died_at or now) + self._backoff(run.restarts)
-        if now >= run.next_restart_at:
-            with run.fields_lock:           # status() sees the count and the new process
-                run.last_failure = failure_text(run, last)
-                run.restarts += 1
-                self._respawn(run, reason="restart")
-
-    def _dump_class_archive(self, run: Run) -> None:
-        """Once an application listing its classes has run a batch (so the list holds
-        what starting one loads), dump them into the class archive."""
-        if not run.class_list or self.class_archive is None:
-            return
-        last = run.status_file()
-        if last is None or last.batch_id < 1 or last.state not in ("running", "paused"):
-            return
-        classes, run.class_list = Path(run.class_list), ""
-        self.class_archive.dump(classes, proc_cmdline(run.pid))
-        run.save()
-
-    def _backoff(self, restarts: int) -> float:
-        return min(RESTART_BACKOFF_MAX_SECS, self.restart_backoff * 4 ** restarts)
 
     def _ensure_monitor(self) -> None:
         if self._monitor is not None or self._closed.is_set():
@@ -430,7 +395,7 @@ class SparkLauncher:
         while not self._closed.wait(self.monitor_secs):
             self.check()
 
-    # --- processes ------------------------------------------------------------------
+    # --- the table of runs ----------------------------------------------------------
     def _run_at(self, topology_id: str, work_dir: Path) -> Run:
         """The record of a topology whose work directory is ``work_dir``."""
         run = self._record(topology_id, Path(work_dir))
@@ -460,32 +425,10 @@ class SparkLauncher:
                 self._runs[topology_id] = run
             return run
 
-    def _note_death(self, run: Run) -> None:
-        """Record, once, that the JVM is gone, and the failure if it was one (an exit
-        the launcher asked for is not)."""
-        with run.fields_lock:
-            if run.died_at is not None or not run.pid:
-                return
-            died_at = self.clock()
-            last = run.status_file()
-            asked = run.stopped or run.pending_relaunch or run.dir.control_state() == "stop"
-            if not asked and (last is None or last.state not in FINAL_STATES):
-                component = (last.error_component
-                             if last is not None and last.error_component
-                             else SPARK_COMPONENT)
-                message = failure_text(run, last)
-                run.errors = [*run.errors, (component, message, int(died_at))][-MAX_ERRORS:]
-            run.died_at = died_at
-            self._class_archive_done(run)
-            if run.standby_dir:             # the standby's directory, its cwd until now
-                shutil.rmtree(run.standby_dir, ignore_errors=True)
-                run.standby_dir = ""
-        log.info("spark_app_exited", topology=run.topology_id, pid=run.pid,
-                 exit=exit_text(run.exit_code), state=last.state if last else None)
-        try:
-            run.save()
-        except OSError:
-            pass
+    def _all_runs(self) -> list[Run]:
+        """The runs now (the helpers' view of the table)."""
+        with self._runs_lock:
+            return list(self._runs.values())
 
     def _start(self, run: Run, spec: LaunchSpec, reason: str) -> None:
         """Write the work directory for ``spec`` and start the application."""
@@ -509,326 +452,14 @@ class SparkLauncher:
             run.launch_error = str(exc)
             raise
         run.num_workers = spec.num_workers
-        if reason == "launch" and self._take_standby(run, run_spec):
+        drivers = self._standby_drivers
+        if reason == "launch" and drivers is not None and drivers.take(run, run_spec):
             return
         # Counted from now on, so that no standby starts in the room it needs.
-        run.memory = _memory_of(run_spec.conf)
-        self._make_room()
-        self._spawn(run, run_spec, reason)
-
-    def _respawn(self, run: Run, reason: str) -> None:
-        """Start the application again from the files already in the work directory."""
-        try:
-            run_spec = RunSpec.read(run.dir.spec)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            run.launch_error = f"cannot read {run.dir.spec}: {exc}"
-            run.save()
-            log.error("spark_relaunch_failed", topology=run.topology_id,
-                      error=run.launch_error)
-            return
-        self._spawn(run, run_spec, reason)
-
-    def _spawn(self, run: Run, run_spec: RunSpec, reason: str) -> None:
-        rd = run.dir
-        if not self.config.spark_submit and not SPARK_MAIN.is_file():
-            run.launch_error = f"the runner {SPARK_MAIN} is missing"
-            raise LauncherError(f"the runner {SPARK_MAIN} is missing from this installation")
-        ui_port = free_port()
-        self._class_archive_done(run)               # what the last launch recorded
-        archive_options, archive, class_list = self._class_archive_options(run, run_spec)
-        command = self.command(run_spec, rd.root, ui_port, run.num_workers,
-                               archive=archive_options)
-        rd.logs.mkdir(parents=True, exist_ok=True)
-        # A new status.json comes from the new driver; an old one would be read as its.
-        try:
-            rd.status.unlink()
-        except FileNotFoundError:
-            pass
-        out = log_file(rd.logs / "stdout")
-        err = log_file(rd.logs / "stderr")
-        try:
-            now = self.clock()
-            banner = (f"{BANNER}{reason} at "
-                      f"{datetime.fromtimestamp(now, timezone.utc).isoformat()}: "
-                      f"{shlex.join(command)}\n").encode()
-            err.write(banner)
-            err.flush()
-            popen = subprocess.Popen(
-                command, env=self.environment(rd.root), cwd=rd.root,
-                stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
-                close_fds=True)
-        except OSError as exc:
-            run.launch_error = f"cannot run {command[0]}: {exc.strerror or exc}"
-            raise LauncherError(run.launch_error) from None
-        finally:
-            out.close()
-            err.close()
-        info = proc_info(popen.pid)
-        with run.fields_lock:
-            self._started(run, run_spec, popen, info.start_ticks if info is not None
-                          else 0, ui_port, command, now)
-            run.class_archive = str(archive or "")
-            run.class_list = str(class_list or "")
-        run.save()
-        log.info("spark_app_launched", topology=run.topology_id, pid=popen.pid,
-                 reason=reason, ui_port=ui_port, master=self.config.spark_master)
-
-    def _started(self, run: Run, run_spec: RunSpec, popen: subprocess.Popen[bytes] | None,
-                 start_ticks: int, ui_port: int, command: list[str], now: float, *,
-                 warm: str = "", standby_dir: Path | None = None) -> None:
-        """Record in ``run`` that its application is now process ``popen``: a new one,
-        or a standby taken in phase ``warm`` (``ready``, ``warming``) whose directory
-        is ``standby_dir``."""
-        run.popen = popen
-        run.pid = popen.pid if popen is not None else 0
-        run.start_ticks = start_ticks
-        run.ui_port = ui_port
-        run.command = command
-        run.launched_at = now
-        run.cores = max([c.parallelism for c in run_spec.components.values()] or [1])
-        run.spouts = tuple(cid for cid, c in run_spec.components.items()
-                           if c.kind == "spout")
-        run.memory = _memory_of(run_spec.conf)
-        run.warm = warm
-        run.standby_dir = str(standby_dir or "")
-        run.exit_code = None
-        run.died_at = None
-        run.next_restart_at = None
-        run.stopped = False
-        run.pending_relaunch = False
-        run.launch_error = ""
-        run.status_key = None
-        run.status_cache = None
-
-    # --- standby drivers ------------------------------------------------------------
-    def _take_standby(self, run: Run, run_spec: RunSpec) -> bool:
-        """Hand ``run``'s topology to a standby of the same Spark settings, ready or
-        still warming (:mod:`.standby` says why; :mod:`.standby_app` the steps);
-        False when there is none, and the launch starts cold."""
-        if self.standbys is None:
-            return False
-        taken = self.standbys.take(standby_key(self.config.spark_master, run_spec,
-                                               run.num_workers))
-        if taken is None:
-            return False
-        app, phase = taken
-        now = self.clock()
-        banner = (f"{BANNER}launch at "
-                  f"{datetime.fromtimestamp(now, timezone.utc).isoformat()}, warm: "
-                  f"standby driver {app.sid} (pid {app.pid}, {phase.value}) started as: "
-                  f"{shlex.join(app.command)}\n")
-        try:
-            run.dir.status.unlink(missing_ok=True)
-            app.prepare_handoff(run.dir, banner)
-        except OSError as exc:
-            log.warning("spark_standby_handoff_failed", topology=run.topology_id,
-                        sid=app.sid, error=str(exc))
-            app.stop()
-            return False
-        self._class_archive_done(run)
-        with run.fields_lock:
-            self._started(run, run_spec, app.popen, app.start_ticks, app.ui_port,
-                          app.command, now, warm=phase.value, standby_dir=app.dir.root)
-            if app.popen is None:
-                run.pid = app.pid
-            run.class_archive = app.class_archive
-            run.class_list = app.class_list
-        run.save()                      # the topology owns the process from here on
-        app.hand_off(run.dir)
-        log.info("spark_app_launched", topology=run.topology_id, pid=app.pid,
-                 reason="launch", warm=app.sid, standby=phase.value, ui_port=app.ui_port,
-                 master=self.config.spark_master)
-        return True
-
-    def _spawn_standby(self) -> StandbyApp:
-        """Start one standby driver (:class:`.standby.StandbyPool`'s ``spawn``)."""
-        self._standby_seq += 1
-        sid = f"standby-{int(self.clock())}-{os.getpid()}-{self._standby_seq}"
-        rd = RunDir(self.config.data_dir / STANDBY_DIR / sid)
-        spec = self._standby_spec(sid)
-        rd.logs.mkdir(parents=True)
-        spec.write(rd.spec)
-        rd.set_control("active")
-        me = proc_info(os.getpid())
-        parent = f"{os.getpid()}:{me.start_ticks if me is not None else 0}"
-        ui_port = free_port()
-        archive_options, archive, class_list = self._class_archive_options(None, spec)
-        command = submit_command(self.submit, self.config.spark_master, spec, rd.root,
-                                 ui_port, 1, archive=archive_options, standby=parent)
-        out = log_file(rd.logs / "stdout")
-        err = log_file(rd.logs / "stderr")
-        now = self.clock()
-        try:
-            popen = subprocess.Popen(
-                command, env=self.environment(rd.current), cwd=rd.root,
-                stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
-                close_fds=True)
-        except OSError as exc:
-            shutil.rmtree(rd.root, ignore_errors=True)
-            raise LauncherError(f"cannot run {command[0]}: {exc.strerror or exc}") \
-                from None
-        finally:
-            out.close()
-            err.close()
-        info = proc_info(popen.pid)
-        app = StandbyApp(sid=sid, dir=rd, key=standby_key(self.config.spark_master, spec, 1),
-                         pid=popen.pid, start_ticks=info.start_ticks if info else 0,
-                         popen=popen, ui_port=ui_port, command=command, launched_at=now,
-                         memory=_memory_of(spec.conf), class_archive=str(archive or ""),
-                         class_list=str(class_list or ""))
-        app.save()
-        log.info("spark_standby_launched", sid=sid, pid=popen.pid,
-                 master=self.config.spark_master)
-        return app
-
-    def _standby_spec(self, sid: str) -> RunSpec:
-        # As many tasks as the master runs at once: that many Python workers warm.
-        return warmup_spec(sid, min(MAX_WARM_TASKS,
-                                    local_threads(self.config.spark_master) or 2))
-
-    def _topologies_memory(self) -> int:
-        """Bytes the applications of running topologies take (:mod:`.memory`), and
-        of one being launched."""
-        with self._runs_lock:
-            runs = list(self._runs.values())
-        return sum(run.memory for run in runs if not run.stopped and (
-            run.alive() if run.pid else not run.launch_error))
-
-    def _standby_room(self, held: int) -> bool:
-        """Whether one standby more than ``held`` fits: within ``standby_memory``,
-        and within the memory budget beside the running topologies."""
-        one = _memory_of({})
-        cap = self.config.standby_memory or one * standby_count(self.config)
-        if (held + 1) * one > cap:
-            return False
-        return not self._budget or \
-            self._topologies_memory() + (held + 1) * one <= self._budget
-
-    def _make_room(self) -> None:
-        """Before a cold start (whose memory :meth:`_topologies_memory` counts
-        already): stop standbys while they and the topologies pass the budget
-        (standbys only take what topologies leave)."""
-        if self.standbys is None or not self._budget:
-            return
-        one = _memory_of({})
-        while self._topologies_memory() + self.standbys.held() * one > self._budget \
-                and self.standbys.shed():
-            log.info("spark_standby_shed", reason="memory for a cold start")
-
-    def command(self, run_spec: RunSpec, work_dir: Path, ui_port: int,
-                num_workers: int, *, archive: Sequence[str] = ()) -> list[str]:
-        """The spark-submit command line of one topology (:func:`.submit.submit_command`
-        with this launcher's spark-submit and master)."""
-        return submit_command(self.submit, self.config.spark_master, run_spec, work_dir,
-                              ui_port, num_workers, archive=archive)
-
-    # --- the class archive and Spark home -------------------------------------------
-    def _class_archive_options(self, run: Run | None, run_spec: RunSpec
-                               ) -> tuple[list[str], Path | None, Path | None]:
-        """``(options, archive mapped, class list written)`` of the next launch of
-        ``run``, or of a standby for None (:class:`ClassArchive`): none when the
-        topology sets the driver's default options or class data sharing options of
-        its own."""
-        key = self._archive_key(user_confs(run_spec))
-        if self.class_archive is None or key is None:
-            return [], None, None
-        with self._runs_lock:
-            others = [r for r in self._runs.values() if r is not run]
-        listing = self.class_archive.dumping or any(r.class_list and r.alive()
-                                                    for r in others)
-        return self.class_archive.options(key, record=not listing)
-
-    def _archive_key(self, user: Mapping[str, str]) -> str | None:
-        """The key of the class archive a launch with the topology's ``spark.*`` confs
-        ``user`` maps, or None when it gets none (no cache, or the topology sets the
-        driver's default options or class data sharing options of its own)."""
-        layout = archive_layout(user)
-        if self.class_archive is None or layout is None:
-            return None
-        return self.class_archive.key(str(self._spark_home()),
-                                      user.get("spark.driver.extraClassPath", ""), layout)
-
-    def class_archive_for(self, conf: Mapping[str, Any]) -> Path | None:
-        """The class archive (made or yet to be made) a topology with configuration
-        ``conf`` would map, or None when it would get none."""
-        key = self._archive_key(user_confs(conf))
-        return None if self.class_archive is None or key is None \
-            else self.class_archive.archive(key)
-
-    def _class_archive_done(self, run: Run) -> None:
-        """``run``'s JVM is gone: delete its class list, and the archive it mapped if
-        it crashed."""
-        if run.class_list:
-            unlink(Path(run.class_list))
-        elif run.class_archive and run.exit_code != 0 and any(
-                JVM_CRASH in line for line in launch_stderr(run.dir.logs / "stderr")):
-            ClassArchive.discard(Path(run.class_archive))
-        run.class_list = ""
-        run.class_archive = ""
-
-    def _spark_home(self) -> Path | None:
-        """The application's SPARK_HOME: the mirror of PySpark's directory
-        (:func:`mirror_spark_home`) in the cache directory, or without one PySpark's
-        directory itself."""
-        if self.spark_home is None or self.cache_dir is None:
-            return self.spark_home
-        with self._mirror_lock:
-            if self.app_spark_home is None:
-                try:
-                    self.app_spark_home = mirror_spark_home(self.spark_home,
-                                                            self.cache_dir / MIRROR_DIR)
-                except OSError as exc:
-                    log.warning("spark_home_mirror_failed", error=str(exc),
-                                spark_home=str(self.spark_home))
-                    return self.spark_home      # and try again at the next launch
-            return self.app_spark_home
-
-    def environment(self, work_dir: Path) -> dict[str, str]:
-        """The application's environment (:func:`.submit.environment`), with the
-        application's SPARK_HOME (:meth:`_spark_home`)."""
-        return environment(work_dir, self._spark_home())
-
-    # --- stopping -------------------------------------------------------------------
-    def _terminate(self, run: Run, grace: float) -> None:
-        """Wait up to ``grace`` for the session to exit, then SIGTERM, then SIGKILL.
-
-        Raises:
-            LauncherError: processes survived SIGKILL.
-        """
-        if not run.pid:
-            return
-        if self._wait_gone(run, grace):
-            return
-        log.info("spark_app_terminating", topology=run.topology_id, pid=run.pid,
-                 signal="SIGTERM")
-        signal_session(run.pid, run.start_ticks, signal.SIGTERM)
-        if self._wait_gone(run, self.term_grace):
-            return
-        log.warning("spark_app_killing", topology=run.topology_id, pid=run.pid,
-                    signal="SIGKILL")
-        signal_session(run.pid, run.start_ticks, signal.SIGKILL)
-        if not self._wait_gone(run, KILL_WAIT_SECS):
-            left = [p.pid for p in session_members(run.pid, run.start_ticks)]
-            raise LauncherError(f"processes {left} of topology {run.topology_id} "
-                                "survived SIGKILL")
-
-    def _wait_gone(self, run: Run, timeout: float) -> bool:
-        """Poll until no process of the session lives (reaping our child)."""
-        deadline = time.monotonic() + max(0.0, timeout)
-        pause = threading.Event()
-        while True:
-            run.alive()
-            if not session_members(run.pid, run.start_ticks):
-                if run.popen is not None and run.popen.returncode is None:
-                    try:                        # a zombie now: reap it, for its exit code
-                        run.exit_code = run.popen.wait(KILL_WAIT_SECS)
-                    except subprocess.TimeoutExpired:
-                        pass
-                self._note_death(run)
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            pause.wait(0.05)
+        run.memory = memory_of(run_spec.conf)
+        if drivers is not None:
+            drivers.make_room()
+        self.spawner.spawn(run, run_spec, reason)
 
     def _control(self, topology_id: str, state: str) -> Run:
         run = self._known(topology_id)

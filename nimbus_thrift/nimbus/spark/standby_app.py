@@ -37,7 +37,7 @@ from ...runner.rundir import STANDBY_READY, RunDir, write_atomic
 from ...runner.spec import RunSpec, from_plan
 from ...topology.validate import InvalidTopology, check_topology
 from ..launcher import LauncherError
-from .processes import proc_info, session_members, signal_session
+from .processes import KILL_WAIT_SECS, proc_info, session_members, signal_session
 from .standby import Phase
 
 log = structlog.get_logger(__name__)
@@ -49,8 +49,6 @@ STANDBY_DIR = "standby"
 STANDBY_CONF = {"topology.name": "nimbus-standby"}
 #: Most tasks a standby's warm-up runs at once (each is a Python worker it keeps).
 MAX_WARM_TASKS = 8
-#: After SIGKILL the processes are gone within a fraction of a second (0.12 s).
-KILL_WAIT_SECS = 5.0
 #: The logs a standby writes and hands over.
 LOG_NAMES = ("stdout", "stderr")
 
