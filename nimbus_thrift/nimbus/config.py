@@ -455,7 +455,7 @@ def load_config(file: Path | None = None, env: Mapping[str, str] | None = None,
 
 
 #: Settings whose command-line flag is not their name with dashes (the CLI's, see
-#: cli.py), so an error names the flag the user typed.
+#: cli/daemon_commands.py), so an error names the flag the user typed.
 _FLAG_NAMES = {"tls_cert_file": "--tls-cert", "tls_key_file": "--tls-key",
                "tls_client_ca_file": "--tls-client-ca", "worker_threads": "--workers"}
 

@@ -11,8 +11,10 @@ Layers, each importing only those below it::
     handoff     connections passed from the parent's accept to a child
     supervision options per child, the metrics sum, back-off, child states
     server      Server (start, stop, metrics) and make_server
-    selector    the selector thread: read, hand off, write, close
-    lifetime    its base: accept, the sweep of deadlines, the drain at stop
+    selector    the selector thread's loop: read, hand off, write
+    inline_calls  its base: calls it runs itself, the hand-over when one blocks
+    lifetime    the base of that: accept, TLS handshake, the sweep of deadlines, the
+                drain at stop, linger and close
     completion  a worker's side of a call: run it, send the reply, queue the outcome
     inline      which methods the selector runs itself, and the watch for blocked ones
     workers     the worker pool that runs handlers     wakeup  wakes the selector

@@ -74,7 +74,7 @@ class Completion:
         not fit the socket buffer, pipelined bytes wait, frames wait for memory, the
         server is stopping, or the connection must close). This is safe because while a
         connection is PROCESSING the selector neither writes to nor closes its socket
-        (closing is deferred, see ``Selector._close``; ``Selector._finish`` coordinates
+        (closing is deferred, see ``Selector._close``; ``Lifetime._finish`` coordinates
         through ``_finish_lock``). Measured with scripts/bench.sh, see the README.
         """
         conn, frame = task
