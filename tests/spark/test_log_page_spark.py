@@ -15,7 +15,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -25,34 +25,23 @@ from nimbus_thrift.nimbus.spark.launcher import SparkLauncher
 from nimbus_thrift.nimbus.store import Store
 from nimbus_thrift.topology.package import prepare
 from support.nimbus import N, upload
+from support.spark import FAST_JVM
+from support.spark_daemon import wait_until
 
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPOLOGY = ROOT / "tests" / "topologies_submit" / "logging_wordcount" / "logwc.py"
 MARKER = "logwc split finished batch"
-#: Generous: the first micro-batch of a fresh application takes 10-60 s on 2 busy cores.
-SPARK_TIMEOUT = 240.0
 #: How long the DEBUG level lasts before Storm's reset timeout puts it back.
 RESET_SECS = 20
 
 
-def wait_until(what: str, check: Callable[[], Any], timeout: float = SPARK_TIMEOUT
-               ) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
 @pytest.fixture
 def handler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[NimbusHandler]:
-    # C1-only JIT and the serial GC start the JVM ~2 s sooner (the lab notes).
-    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", FAST_JVM)
     config = load_config(env={}, flags={"data_dir": str(tmp_path / "data"),
                                         "launcher": "spark", "spark_master": "local[2]"})
     config.data_dir.mkdir(parents=True)

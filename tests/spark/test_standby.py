@@ -6,10 +6,7 @@ adopting the warm topology while its idle standbys are not leaked."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -19,26 +16,15 @@ from nimbus_thrift.client.client import NimbusClient
 from nimbus_thrift.nimbus.spark.processes import session_members
 from nimbus_thrift.runner.rundir import STANDBY_READY, RunDir
 from support.daemon_process import DaemonProcess
+from support.spark_daemon import SparkDaemons, client_of, wait_until
 
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDCOUNT = ROOT / "examples" / "wordcount.py"
-#: Generous: a standby's warm-up or a cold first batch takes 10-60 s on 2 busy cores.
-SPARK_TIMEOUT = 240.0
 WARM = "; started warm from a standby driver"
 
 
-def wait_until(what: str, check: Callable[[], Any], timeout: float = SPARK_TIMEOUT,
-               every: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
 def counted(db: Path) -> int:
@@ -86,33 +72,11 @@ def gone(record: dict[str, Any]) -> bool:
 @pytest.fixture
 def daemons(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[Callable[[], DaemonProcess]]:
-    started: list[DaemonProcess] = []
     cache = tmp_path_factory.getbasetemp() / "standby-cache"
-
-    def start() -> DaemonProcess:
-        d = DaemonProcess(tmp_path / "data", "--launcher", "spark", env={
-            "XDG_CACHE_HOME": str(cache), "NIMBUS_THRIFT_STANDBY_DRIVERS": "1",
-            "NIMBUS_THRIFT_UI_PORT": "0"})
-        started.append(d)
-        return d
-
-    yield start
-    for d in started:
-        if d.proc.poll() is None:
-            d.sigterm()
-    # Whatever a failed test left: no process of a standby or topology survives it.
-    for path in (tmp_path / "data").glob("*/*/launch.json"):
-        record = json.loads(path.read_text())
-        for p in session_members(record["pid"], record["start_ticks"]):
-            os.kill(p.pid, signal.SIGKILL)
-    for s in standbys(tmp_path / "data").values():
-        if s.get("pid"):
-            for p in session_members(s["pid"], s["start_ticks"]):
-                os.kill(p.pid, signal.SIGKILL)
-
-
-def client_of(d: DaemonProcess) -> NimbusClient:
-    return NimbusClient("127.0.0.1", d.port, timeout=60, connect_timeout=5)
+    daemons = SparkDaemons(tmp_path / "data", cache, env={
+        "NIMBUS_THRIFT_STANDBY_DRIVERS": "1", "NIMBUS_THRIFT_UI_PORT": "0"})
+    yield daemons.start
+    daemons.stop_all()
 
 
 def kill(client: NimbusClient, name: str) -> None:

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 from thrift.protocol import TBinaryProtocol
@@ -28,10 +27,10 @@ from thriftpy2.protocol import TBinaryProtocolFactory
 from thriftpy2.utils import serialize
 
 from interop.storm_clients import load_generated
-from nimbus_thrift.nimbus import NimbusDaemon, load_config
 from nimbus_thrift.nimbus.spark.launcher import SparkLauncher
 from nimbus_thrift.nimbus.spark.processes import session_members
 from nimbus_thrift.topology.package import prepare
+from support.spark_daemon import in_process_daemon, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -50,24 +49,8 @@ STOP_V2 = ("# stop words, version 2\ncow\nmoon\n" + PADDING).encode()
 UPLOAD_CHUNK = 3000
 #: The daemon's download chunk, so the blob comes back in several calls.
 DOWNLOAD_CHUNK = 4096
-#: Generous: the first micro-batch of a fresh application takes 10-60 s on 2 busy cores.
-SPARK_TIMEOUT = 240.0
 #: The Thrift client's socket timeout (ms): a submit checks the code in a child process.
 CLIENT_TIMEOUT_MS = 60_000
-#: C1-only JIT and the serial GC start the JVM ~2 s sooner (the lab notes).
-FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float = SPARK_TIMEOUT
-               ) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
 @pytest.fixture
@@ -75,20 +58,9 @@ def daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
            ) -> Iterator[tuple[tuple[str, int], SparkLauncher]]:
     """A NimbusDaemon with the Spark launcher (local[2]) on 127.0.0.1 port 0: its
     address and launcher. Whatever the test leaves running is stopped afterwards."""
-    monkeypatch.setenv("JAVA_TOOL_OPTIONS", FAST_JVM)
-    config = load_config(env={}, flags={"ui_port": 0,
-        "data_dir": str(tmp_path / "data"), "port": 0, "launcher": "spark",
-        "spark_master": "local[2]", "download_chunk_bytes": DOWNLOAD_CHUNK})
-    launcher = SparkLauncher(config, cache_dir=False)
-    d = NimbusDaemon(config, launcher=launcher)
-    address = d.start()
-    try:
+    with in_process_daemon(tmp_path, monkeypatch,
+                           download_chunk_bytes=DOWNLOAD_CHUNK) as (_, address, launcher):
         yield address, launcher
-    finally:
-        if d.handler is not None:
-            for topology_id in d.handler.store.topology_ids():
-                launcher.stop(topology_id, 10)     # control=stop: it exits by itself
-        d.stop(grace=5.0)
 
 
 @pytest.fixture

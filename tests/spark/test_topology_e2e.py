@@ -26,29 +26,16 @@ from nimbus_thrift.nimbus.spark.processes import proc_cmdline, session_members
 from support.spark_cluster import StandaloneCluster
 from test_examples import expected_counts
 from support.daemon_process import DaemonProcess
+from support.spark_daemon import (FAST_JVM_ENV, SPARK_TIMEOUT, SparkDaemons, client_of,
+                                  wait_until)
 
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDCOUNT = ROOT / "examples" / "wordcount.py"
 CLI = [str(Path(sys.executable).with_name("nimbus-thrift"))]
-#: Generous: the first micro-batch of a fresh application takes 10-60 s on 2 busy cores.
-SPARK_TIMEOUT = 240.0
-#: Start-up flags that save the JVM about 2 s (C1 only, serial GC); not the launcher's
-#: default, as they cost a running topology a third of its throughput.
-FAST_JVM = {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
 
-def wait_until(what: str, check: Callable[[], Any], timeout: float = SPARK_TIMEOUT,
-               every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
 def counts(db: Path) -> dict[str, int]:
@@ -81,22 +68,9 @@ def cache_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def daemon_factory(tmp_path: Path, cache_home: Path
                    ) -> Iterator[Callable[..., DaemonProcess]]:
-    started: list[DaemonProcess] = []
-
-    def start(*args: str, env: dict[str, str] | None = None) -> DaemonProcess:
-        d = DaemonProcess(tmp_path / "data", "--launcher", "spark", *args,
-                          env={**FAST_JVM, "XDG_CACHE_HOME": str(cache_home), **(env or {})})
-        started.append(d)
-        return d
-
-    yield start
-    for d in started:
-        if d.proc.poll() is None:
-            d.sigterm()
-
-
-def _client(d: DaemonProcess) -> NimbusClient:
-    return NimbusClient("127.0.0.1", d.port, timeout=60, connect_timeout=5)
+    daemons = SparkDaemons(tmp_path / "data", cache_home, env=FAST_JVM_ENV)
+    yield daemons.start
+    daemons.stop_all()
 
 
 def _kill_and_check_clean(client: NimbusClient, data_dir: Path, name: str,
@@ -115,7 +89,7 @@ def test_wordcount_runs_pauses_resumes_survives_daemon_restart_and_dies_clean(
         tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]) -> None:
     data_dir, db = tmp_path / "data", tmp_path / "wc.sqlite"
     d = daemon_factory()
-    with _client(d) as client:
+    with client_of(d) as client:
         topology_id = client.submit_topology(
             WORDCOUNT, conf={"wordcount.db": str(db), "wordcount.rate": 500},
             wait=True, timeout=SPARK_TIMEOUT)
@@ -152,7 +126,7 @@ def test_wordcount_runs_pauses_resumes_survives_daemon_restart_and_dies_clean(
     assert session_left(before), "stopping the daemon must not stop its topologies"
     grown_from = counts(db)["the"]
     d2 = daemon_factory()
-    with _client(d2) as client:
+    with client_of(d2) as client:
         info = wait_until("the adopted topology to report running",
                           lambda: (i := client.getTopologyInfo(topology_id))
                           .sched_status.startswith("running:") and i)
@@ -173,7 +147,7 @@ def test_crashed_job_restarts_from_its_checkpoint_with_exact_counts(
     data_dir, db = tmp_path / "data", tmp_path / "wc.sqlite"
     per_task = 6000
     d = daemon_factory(env={"NIMBUS_THRIFT_RESTART_FAILED": "true"})
-    with _client(d) as client:
+    with client_of(d) as client:
         topology_id = client.submit_topology(
             WORDCOUNT, conf={"wordcount.db": str(db), "wordcount.rate": 300,
                              "wordcount.total": per_task}, wait=True, timeout=SPARK_TIMEOUT)
@@ -198,7 +172,7 @@ def test_wordcount_on_a_standalone_cluster(
     with StandaloneCluster(tmp_path / "cluster", cores=2) as cluster:
         d = daemon_factory("--spark-master", cluster.url,
                            env={"NIMBUS_THRIFT_SPARK_MASTER_UI": cluster.ui_url})
-        with _client(d) as client:
+        with client_of(d) as client:
             nodes = client.getClusterInfo().supervisors
             assert [n.host for n in nodes] == ["127.0.0.1"] and nodes[0].num_workers == 2
             topology_id = client.submit_topology(
@@ -221,7 +195,7 @@ def test_a_later_launch_maps_the_class_archive_the_first_one_made(
     archives = cache / "nimbus-thrift" / "spark-cds"
     d = daemon_factory(env={"XDG_CACHE_HOME": str(cache)})
     conf: dict[str, Any] = {"wordcount.db": str(db), "wordcount.rate": 500}
-    with _client(d) as client:
+    with client_of(d) as client:
         topology_id = client.submit_topology(WORDCOUNT, conf=conf, wait=True,
                                              timeout=SPARK_TIMEOUT)
         wait_until("the first counts", lambda: counts(db).get("the"))
@@ -255,7 +229,7 @@ def _check_launch_maps(client: NimbusClient, tmp_path: Path, conf: dict[str, Any
 def test_warm_up_makes_the_archive_the_first_launch_maps(
         tmp_path: Path, daemon_factory: Callable[..., DaemonProcess]) -> None:
     db, cache = tmp_path / "wc.sqlite", tmp_path / "cache"
-    env = {**os.environ, **FAST_JVM, "XDG_CACHE_HOME": str(cache), "TMPDIR": str(tmp_path)}
+    env = {**os.environ, **FAST_JVM_ENV, "XDG_CACHE_HOME": str(cache), "TMPDIR": str(tmp_path)}
     warm = subprocess.run([*CLI, "warm-up"], env=env, capture_output=True, text=True,
                           timeout=SPARK_TIMEOUT * 2)
     assert warm.returncode == 0, warm.stderr
@@ -274,6 +248,6 @@ def test_warm_up_makes_the_archive_the_first_launch_maps(
 
     # The daemon's first launch (same settings, so the same key) maps that archive.
     d = daemon_factory(env={"XDG_CACHE_HOME": str(cache)})
-    with _client(d) as client:
+    with client_of(d) as client:
         _check_launch_maps(client, tmp_path, {"wordcount.db": str(db),
                                               "wordcount.rate": 500}, archive)

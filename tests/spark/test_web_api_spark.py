@@ -13,34 +13,20 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nimbus_thrift.client.client import NimbusClient
 from support.daemon_process import DaemonProcess
+from support.spark_daemon import FAST_JVM_ENV, SPARK_TIMEOUT, wait_until
 
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDCOUNT = ROOT / "examples" / "wordcount.py"
 CLI = [str(Path(sys.executable).with_name("nimbus-thrift"))]
-#: Generous: the first micro-batch of a fresh application takes 10-60 s on 2 busy cores.
-SPARK_TIMEOUT = 240.0
-FAST_JVM = {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float = SPARK_TIMEOUT,
-               every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
 def ui_url(d: DaemonProcess) -> str | None:
@@ -72,7 +58,7 @@ def settled_info(port: int, name: str) -> dict[str, Any] | None:
 
 def test_rest_figures_equal_info_json_and_actions_work(tmp_path: Path) -> None:
     d = DaemonProcess(tmp_path / "data", "--launcher", "spark", "--ui-port", "-1",
-                      env={**FAST_JVM, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+                      env={**FAST_JVM_ENV, "XDG_CACHE_HOME": str(tmp_path / "cache")})
     try:
         url = wait_until("the web UI's URL in the banner", lambda: ui_url(d), timeout=30)
         with NimbusClient("127.0.0.1", d.port, timeout=60, connect_timeout=5) as client:
@@ -126,6 +112,7 @@ def test_rest_figures_equal_info_json_and_actions_work(tmp_path: Path) -> None:
         with pytest.raises(urllib.error.HTTPError) as refused:
             rest(url, f"/api/v1/topology/{topology_id}/kill/0", token="forged")
         assert refused.value.code == 403
+        refused.value.close()       # it holds the response's socket
         assert rest(url, f"/api/v1/topology/{topology_id}/kill/0",
                     token=token)["status"] == "success"
         wait_until("the topology to be removed", lambda: not rest(

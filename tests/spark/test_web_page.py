@@ -22,18 +22,14 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from nimbus_thrift.client.client import NimbusClient
-from nimbus_thrift.nimbus import NimbusDaemon, load_config
-from nimbus_thrift.nimbus.spark.launcher import SparkLauncher
+from nimbus_thrift.nimbus import NimbusDaemon
 from support.browser import browser, full_page_screenshot, severe_console_lines  # noqa: F401
+from support.spark_daemon import SPARK_TIMEOUT, in_process_daemon
 
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDCOUNT = ROOT / "examples" / "wordcount.py"
-#: Generous: the first micro-batch of a fresh application takes 10-60 s on 2 busy cores.
-SPARK_TIMEOUT = 240.0
-#: C1-only JIT and the serial GC start the JVM ~2 s sooner (the lab notes).
-FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 #: Where the screenshot goes when the environment names a file.
 SCREENSHOT_ENV = "NIMBUS_THRIFT_SCREENSHOT"
 
@@ -42,20 +38,8 @@ SCREENSHOT_ENV = "NIMBUS_THRIFT_SCREENSHOT"
 def daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[NimbusDaemon]:
     """A NimbusDaemon with the Spark launcher (local[2]), Thrift and HTTP on free ports of
     127.0.0.1. Whatever the test leaves running is stopped afterwards."""
-    monkeypatch.setenv("JAVA_TOOL_OPTIONS", FAST_JVM)
-    config = load_config(env={}, flags={"ui_port": -1, "port": 0, "launcher": "spark",
-                                        "data_dir": str(tmp_path / "data"),
-                                        "spark_master": "local[2]"})
-    launcher = SparkLauncher(config, cache_dir=False)
-    d = NimbusDaemon(config, launcher=launcher)
-    d.start()
-    try:
+    with in_process_daemon(tmp_path, monkeypatch, ui_port=-1) as (d, _, _):
         yield d
-    finally:
-        if d.handler is not None:
-            for topology_id in d.handler.store.topology_ids():
-                launcher.stop(topology_id, 10)     # control=stop: it exits by itself
-        d.stop(grace=5.0)
 
 
 def until(driver: WebDriver, what: str, check: Callable[[WebDriver], Any],
