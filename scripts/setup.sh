@@ -11,7 +11,7 @@ cd "$here"
 
 PYTHON="${PYTHON:-python3}"
 
-# The C accelerators (nimbus_thrift/rpc/_fastio.c, _wire.c) need a compiler and Python's headers.
+# The C accelerators (nimbus_thrift/rpc/*.c) need a compiler and Python's headers.
 # Without them the package still installs, on slower pure-Python socket calls, so
 # fetch them first where apt can (tests/test_fastio.py insists on the C module).
 has_headers() {
@@ -39,13 +39,21 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$sta
   .venv/bin/python -m pip install --quiet -e '.[test]'
   touch "$stamp"
 fi
-# An edited accelerator is rebuilt (the editable install builds both in place).
+# An edited accelerator is rebuilt (the editable install builds them all in place). A
+# module's C files are named after it (_wire.c, _wireencode.c; setup.py lists the same),
+# and an edited header in rpc/ may change any of them: each is compared with the .so.
 stale=""
 for module in _fastio _wire _compact; do
   so=$(ls nimbus_thrift/rpc/$module*.so 2>/dev/null | head -n 1 || true)
-  if [ -z "$so" ] || [ nimbus_thrift/rpc/$module.c -nt "$so" ] || [ setup.py -nt "$so" ]; then
+  if [ -z "$so" ] || [ setup.py -nt "$so" ]; then
     stale=1
+    continue
   fi
+  for source in nimbus_thrift/rpc/"$module"*.c nimbus_thrift/rpc/*.h; do
+    if [ -e "$source" ] && [ "$source" -nt "$so" ]; then
+      stale=1
+    fi
+  done
 done
 if [ -n "$stale" ]; then
   echo "setup: building the C accelerators"

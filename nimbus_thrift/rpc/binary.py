@@ -53,7 +53,7 @@ except ImportError:  # pragma: no cover - exercised only without the C extension
     from thriftpy2.transport import memory as _memory
     _Protocol, _Buffer = _pybinary.TBinaryProtocol, _memory.TMemoryBuffer
 
-try:  # The C fast paths of the decoder and encoder (_wire.c); this module keeps every error.
+try:  # The C fast paths (_wire.c decodes, _wireencode.c encodes); this module keeps every error.
     from . import _wire
 except ImportError:  # pragma: no cover - exercised only without the C extension
     _wire = None  # type: ignore[assignment]  # None: the C module is not built
@@ -168,15 +168,15 @@ def _make_struct_reader(cls: type) -> StructReader:
     return read_fast
 
 
-#: _wire.c's kind codes, in its enum's order.
+#: The C codecs' kind codes (_wirecommon.h), in its enum's order.
 _C_KINDS = {TType.BOOL: 0, TType.BYTE: 1, TType.I16: 2, TType.I32: 3, TType.I64: 4,
             TType.DOUBLE: 5, TType.STRING: 6, _BINARY: 7, TType.STRUCT: 8,
             TType.LIST: 9, TType.SET: 10, TType.MAP: 11}
 
 
 def c_plan(cls: type, _plans: dict[type, list[Any]] | None = None) -> list[Any] | None:
-    """The plan _wire.c decodes and encodes ``cls`` with (its layout is described
-    there), or None without the C module or for a spec it does not know (then Python
+    """The plan the C codecs decode and encode ``cls`` with (its layout is described
+    in _wirecommon.h), or None without the C module or for a spec it does not know (then Python
     decodes and thriftpy2 encodes)."""
     if _wire is None:
         return None

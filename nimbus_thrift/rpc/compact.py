@@ -20,9 +20,10 @@ nesting is capped at :data:`~.pydecode.MAX_DEPTH`, and every object made is char
 against the request's decoded-size budget at the same points and by the same amounts
 (:mod:`.decoded`). Errors are :class:`~.errors.DecodeError`.
 
-Structs are decoded and replies encoded in C (_compact.c) when it is built, with the
-plans binary.py makes for _wire.c; on anything C does not take exactly as this module
-would, it returns None and this module does the work (and raises the errors).
+Structs are decoded (_compact.c) and replies encoded (_compactencode.c) in C when it is
+built, with the plans binary.py makes for the binary codec; on anything C does not take
+exactly as this module would, it returns None and this module does the work (and raises
+the errors).
 """
 
 from __future__ import annotations

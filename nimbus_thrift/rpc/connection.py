@@ -66,7 +66,7 @@ from .memory import MemoryBudget
 from .peers import PeerShare
 from .unframed import Scanner
 
-try:  # The C scan of an unframed message that arrived whole (_compact.c).
+try:  # The C scan of an unframed message that arrived whole (_compactscan.c).
     from ._compact import scan_message as _scan_message
 except ImportError:  # pragma: no cover - exercised only without the C extension
     _scan_message = None  # type: ignore[assignment]  # None: the C module is not built
