@@ -51,7 +51,6 @@ connection closes (its stream has no boundary to resume at).
 
 from __future__ import annotations
 
-import enum
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -60,10 +59,11 @@ from . import header as theader
 from .binary import read_message_header
 from .errors import AppErrorCode, FrameSizeError, NotThriftError, PeerShareError, RpcError
 from .fastio import grow_bytearray
-from .forms import (FRAMED_BINARY, FRAMED_COMPACT, HEADER, Form, Message, framed_form,
-                    unframed_form)
+from .forms import (FRAMED_BINARY, FRAMED_COMPACT, HEADER, Form, Message, classify_prefix,
+                    framed_form, unframed_form)
 from .memory import MemoryBudget
 from .peers import PeerShare
+from .states import TRANSITIONS, Event, IllegalTransition, State
 from .unframed import Scanner
 
 try:  # The C scan of an unframed message that arrived whole (_compactscan.c).
@@ -90,55 +90,7 @@ GROWTH_MIN = SCRATCH_SIZE
 _LENGTH = struct.Struct(">i")
 
 
-class State(enum.Enum):
-    # Identity hashing: Enum's own __hash__ is Python code (hash of the name), and the
-    # transition table is looked up with (State, Event) keys on every request.
-    __hash__ = object.__hash__
-
-    HANDSHAKING = "in the TLS handshake"
-    READING_HEADER = "reading a frame length"
-    AWAITING_MEMORY = "waiting for read-buffer memory"
-    READING_FRAME = "reading a frame"
-    PROCESSING = "waiting for the handler"
-    WRITING = "writing a reply"
-    LINGERING = "closing after an error reply"
-    CLOSED = "closed"
-
-
-class Event(enum.Enum):
-    __hash__ = object.__hash__      # as State's
-
-    HANDSHAKE_DONE = "TLS handshake done"
-    FRAME_ADMITTED = "frame admitted"
-    FRAME_PARKED = "frame parked"
-    MEMORY_GRANTED = "memory granted"
-    FRAME_COMPLETE = "frame complete"
-    OVERLOADED = "worker queue full"
-    REPLY_READY = "reply ready"
-    NO_REPLY = "no reply"
-    REPLY_SENT = "reply sent"
-    REFUSED = "frame refused"
-    CLOSE = "close"
-
-
 S, E = State, Event
-
-#: The only transitions there are. CLOSE is allowed from every state but CLOSED. A
-#: connection starts in READING_HEADER, or in HANDSHAKING on a TLS port (tls.py).
-TRANSITIONS: dict[tuple[State, Event], State] = {
-    (S.HANDSHAKING, E.HANDSHAKE_DONE): S.READING_HEADER,
-    (S.READING_HEADER, E.FRAME_ADMITTED): S.READING_FRAME,
-    (S.READING_HEADER, E.REFUSED): S.LINGERING,
-    (S.READING_FRAME, E.FRAME_PARKED): S.AWAITING_MEMORY,
-    (S.AWAITING_MEMORY, E.MEMORY_GRANTED): S.READING_FRAME,
-    (S.AWAITING_MEMORY, E.REFUSED): S.LINGERING,
-    (S.READING_FRAME, E.FRAME_COMPLETE): S.PROCESSING,
-    (S.PROCESSING, E.REPLY_READY): S.WRITING,
-    (S.PROCESSING, E.OVERLOADED): S.WRITING,
-    (S.PROCESSING, E.NO_REPLY): S.READING_HEADER,
-    (S.WRITING, E.REPLY_SENT): S.READING_HEADER,
-    **{(state, E.CLOSE): S.CLOSED for state in State if state is not S.CLOSED},
-}
 
 
 #: Where a frame that arrives whole in one read lands: Connection.received's fast path
@@ -157,34 +109,6 @@ _READING_HEADER = S.READING_HEADER
 _PROCESSING = S.PROCESSING
 _CLOSED = S.CLOSED
 _FRAME_COMPLETE = E.FRAME_COMPLETE
-
-
-class IllegalTransition(AssertionError):
-    """A bug: the server asked for a transition the table does not have."""
-
-
-# Prefixes of protocols people point at Thrift ports by mistake, for a precise log line.
-_HTTP_METHODS = (b"GET ", b"POST", b"PUT ", b"HEAD", b"DELE", b"OPTI", b"PATC", b"CONN",
-                 b"TRAC", b"PRI ")
-
-
-def classify_prefix(first4: bytes) -> str | None:
-    """Name the protocol whose first four bytes these are, if it is not Thrift in a
-    form this server reads."""
-    if first4 in _HTTP_METHODS:
-        return "an HTTP request (this port speaks Thrift, not HTTP)"
-    if first4[0] == 0x16 and first4[1] == 0x03:
-        return "a TLS handshake (this port speaks plain TCP)"
-    word = _LENGTH.unpack(first4)[0]
-    if word < 0 and word & 0xFFFF0000 == 0x80010000:
-        return ("an unframed TBinaryProtocol message on a connection that started "
-                "framed (a connection keeps the form of its first message)")
-    if first4[0] == 0x82 and first4[1] & 0x1F == 1:
-        return ("an unframed TCompactProtocol message on a connection that started "
-                "framed (a connection keeps the form of its first message)")
-    if first4[0] == 0x01 and first4[1:4] == b"\x00\x00\x00":
-        return "a SASL handshake (this server does not use SASL)"
-    return None
 
 
 def _peek_call(body: Buffer, form: Form | None = None) -> tuple[str, int]:
@@ -223,7 +147,7 @@ class Connection:
                  "interest", "refusal", "refused_call", "peer_gone", "closing",
                  "linger_until", "host", "opened_at", "fresh", "parked_at",
                  "outq_checked", "share", "declared", "principal", "tls", "tls_peeked",
-                 "form", "scan")
+                 "form", "scan", "unframed_compact")
 
     def __init__(self, peer: str, budget: MemoryBudget, max_frame_size: int,
                  now: float = 0.0) -> None:
@@ -256,6 +180,9 @@ class Connection:
         self.form: Form | None = None
         # The scan of the unframed message being read (unframed.py), else None.
         self.scan: Scanner | None = None
+        # Whether an unframed connection's protocol is compact; None for every other
+        # form (one test on the selector's read path, see whole_message()).
+        self.unframed_compact: bool | None = None
         # Fields the I/O shell owns; kept here so one object describes a connection.
         self.fd = -1
         self.sock: socket.socket | None = None
@@ -351,6 +278,37 @@ class Connection:
         self.state = _ONE_READ_FRAME
         return _FRAME_COMPLETE
 
+    def whole_message(self, data: memoryview) -> Event | None:
+        """Take ``data``, the bytes of one read in READING_HEADER on an unframed
+        connection: FRAME_COMPLETE when they are exactly one whole message (the common
+        case: a client that waits for each reply), or None, having changed nothing, for
+        :meth:`received` to take them (a message split over reads, pipelined messages,
+        one the scan refuses, a peer over its share).
+
+        The unframed twin of :meth:`whole_frame`: the same transitions and bookkeeping
+        as :meth:`received` and :meth:`_start_unframed`, without the general path."""
+        compact = self.unframed_compact
+        if compact is None or self.state is not _READING_HEADER or _scan_message is None:
+            return None
+        size = len(data)
+        share = self.share
+        budget = self.budget
+        # (message_limit(), inlined.)
+        limit = self.max_frame_size if self.max_frame_size < budget.capacity \
+            else budget.capacity
+        if share.declared + size > budget.peer_share or \
+                _scan_message(data, compact, limit) != size:
+            return None
+        # Fits: the selector read no more than header_read_limit() (as in received()).
+        budget.force_reserve(size)
+        self.held += size
+        share.declared += size
+        self.declared = size
+        self.frame = Message(bytes(data), self.form)  # type: ignore[assignment,arg-type]
+        self.size = self.pos = size
+        self.state = _ONE_READ_FRAME
+        return _FRAME_COMPLETE
+
     def received(self, data: Buffer, reserved: bool = False) -> Event | None:
         """Take bytes that arrived in READING_HEADER.
 
@@ -387,6 +345,7 @@ class Connection:
                 # No length prefix: these four bytes are the message's first, and are
                 # held (and reserved) with the rest of it.
                 self.form = form
+                self.unframed_compact = form.protocol == "compact"
                 self.budget.force_reserve(4)
                 self.held += 4
                 return self._start_unframed(prefix + bytes(body))
@@ -500,16 +459,23 @@ class Connection:
             # The common case, a whole small call in one read: C finds its end, or says
             # -1 and the Scanner (which decides, and explains refusals) takes over.
             end = _scan_message(data, form.protocol == "compact", limit)
-            if end > 0 and self.share.declared + end <= self.budget.peer_share:
-                self.frame = Message(data[:end] if end < len(data) else data,  # type: ignore[assignment]
-                                     form)
-                self.leftover = data[end:]
+            share = self.share
+            if end > 0 and share.declared + end <= self.budget.peer_share:
+                if end < len(data):
+                    self.frame = Message(data[:end], form)  # type: ignore[assignment]
+                    self.leftover = data[end:]
+                else:
+                    self.frame = Message(data, form)  # type: ignore[assignment]
                 self.size = self.pos = end
-                self.share.declared += end
+                share.declared += end
                 self.declared = end
-                self.advance(Event.FRAME_ADMITTED)
-                self.advance(Event.FRAME_COMPLETE)
-                return Event.FRAME_COMPLETE
+                if self.state is _READING_HEADER:
+                    # FRAME_ADMITTED then FRAME_COMPLETE in one step, as in whole_frame().
+                    self.state = _ONE_READ_FRAME
+                else:
+                    self.advance(Event.FRAME_ADMITTED)     # raises: not READING_HEADER
+                    self.advance(Event.FRAME_COMPLETE)
+                return _FRAME_COMPLETE
         self.scan = Scanner(form.protocol, limit)
         self.frame = bytearray(data)
         self.pos = self.size = len(data)

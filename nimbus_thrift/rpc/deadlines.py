@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .connection import Connection, State
+from .connection import Connection
 from .errors import WireError
 from .options import ServerOptions
+from .states import State
 
 
 class ParkTimeoutError(WireError):

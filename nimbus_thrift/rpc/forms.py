@@ -127,3 +127,27 @@ def error_reply(form: Form, name: str, seqid: int, text: str, code: int,
     encode = compact.encode_application_exception if protocol == "compact" \
         else binary.encode_application_exception
     return wrap(form, encode(name, seqid, text, code), echo)
+
+
+# Prefixes of protocols people point at Thrift ports by mistake, for a precise log line.
+_HTTP_METHODS = (b"GET ", b"POST", b"PUT ", b"HEAD", b"DELE", b"OPTI", b"PATC", b"CONN",
+                 b"TRAC", b"PRI ")
+
+
+def classify_prefix(first4: bytes) -> str | None:
+    """Name the protocol whose first four bytes these are, if it is not Thrift in a
+    form this server reads."""
+    if first4 in _HTTP_METHODS:
+        return "an HTTP request (this port speaks Thrift, not HTTP)"
+    if first4[0] == 0x16 and first4[1] == 0x03:
+        return "a TLS handshake (this port speaks plain TCP)"
+    word = int.from_bytes(first4, "big", signed=True)
+    if word < 0 and word & 0xFFFF0000 == 0x80010000:
+        return ("an unframed TBinaryProtocol message on a connection that started "
+                "framed (a connection keeps the form of its first message)")
+    if first4[0] == 0x82 and first4[1] & 0x1F == 1:
+        return ("an unframed TCompactProtocol message on a connection that started "
+                "framed (a connection keeps the form of its first message)")
+    if first4[0] == 0x01 and first4[1:4] == b"\x00\x00\x00":
+        return "a SASL handshake (this server does not use SASL)"
+    return None

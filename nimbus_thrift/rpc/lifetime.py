@@ -24,13 +24,14 @@ from typing import Any
 import structlog
 
 from .completion import Completion
-from .connection import Connection, Event, State
+from .connection import Connection
 from .deadlines import ParkTimeoutError, overdue, unread_check_due
 from .dispatch import Status
 from .fastio import ACCELERATED, recv_into
 from .metrics import ServerState
 from .options import ServerOptions
 from .peers import PeerShare
+from .states import Event, State
 from .throttle import LogThrottle
 from .tls import (DONE, WANT_WRITE, HandshakeFailed, TLSStream, first_bytes_are_tls,
                   handshake_step, principal_of)

@@ -38,7 +38,7 @@ from typing import Any
 import structlog
 
 from .completion import WRITE_FAILED, held_size, send_now, unsent_part
-from .connection import SCRATCH_SIZE, Connection, Event, State
+from .connection import SCRATCH_SIZE, Connection
 from .deadlines import ParkTimeoutError
 from .dispatch import Dispatcher, Reply, Status
 from .errors import AppErrorCode, FrameSizeError, NotThriftError, OverloadedError
@@ -49,6 +49,7 @@ from .memory import MemoryBudget
 from .metrics import ServerState
 from .options import ServerOptions
 from .peers import FAIR_SHARE, PeerShare
+from .states import Event, State
 from .throttle import LogThrottle
 from .unixsock import UnixListener
 from .workers import STALL_SECS, WorkerPool
@@ -341,7 +342,13 @@ class Selector(InlineCalls):
                     conn.fresh = False
                     batch.append((conn, body))
                     return
-                event = conn.received(self._scratch[:n])
+                data = self._scratch[:n]
+                if conn.unframed_compact is not None and \
+                        conn.whole_message(data) is _FRAME_COMPLETE:
+                    conn.fresh = False
+                    batch.append((conn, conn.frame))
+                    return
+                event = conn.received(data)
                 if event is _FRAME_COMPLETE:
                     conn.fresh = False
                     batch.append((conn, conn.frame))

@@ -35,8 +35,8 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from .connection import classify_prefix
 from .fastio import NATIVE_TLS
+from .forms import classify_prefix
 
 #: What a verified client certificate (``SSLSocket.getpeercert()``) maps to as the
 #: request's principal.

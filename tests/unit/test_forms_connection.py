@@ -145,6 +145,37 @@ def test_unframed_whole_message_with_the_next_one_behind_it(demo: ModuleType, pr
     assert budget.reserved == 0
 
 
+@pytest.mark.parametrize("protocol, form", [("binary", UNFRAMED_BINARY),
+                                            ("compact", UNFRAMED_COMPACT)])
+def test_unframed_whole_message_fast_path_matches_received(demo: ModuleType, protocol: str,
+                                                           form) -> None:
+    # The selector's fast path for one whole unframed message per read: the same
+    # outcome as received(), and nothing changed when it declines.
+    budget = MemoryBudget(1 << 20)
+    conn = Connection("p", budget, 1 << 20)
+    first, second = echo_msg(demo, protocol, "one", 1), echo_msg(demo, protocol, "two", 2)
+    assert conn.whole_message(memoryview(first)) is None     # form not known yet
+    assert conn.received(first) is Event.FRAME_COMPLETE      # the first fixes it
+    finish(conn)
+    assert conn.form is form and conn.unframed_compact is (protocol == "compact")
+    for declined in (second[:7], second + first[:3], second + first):
+        before = (conn.state, conn.held, budget.reserved, conn.share.declared, conn.frame)
+        assert conn.whole_message(memoryview(declined)) is None
+        assert (conn.state, conn.held, budget.reserved, conn.share.declared,
+                conn.frame) == before
+    assert conn.whole_message(memoryview(second)) is Event.FRAME_COMPLETE
+    assert conn.state is State.PROCESSING and isinstance(conn.frame, Message)
+    assert conn.frame.form is form and bytes(conn.frame.data) == second
+    assert conn.share.declared == conn.declared == conn.size == len(second)
+    assert_accounted(conn)
+    finish(conn)
+    assert budget.reserved == 0 and conn.share.declared == 0
+    # Over the address's share of the budget: declined, for received() to refuse.
+    conn.share.declared = budget.peer_share - len(second) + 1
+    assert conn.whole_message(memoryview(second)) is None
+    conn.close()
+
+
 @pytest.mark.parametrize("protocol", ["binary", "compact"])
 def test_unframed_one_byte_at_a_time(demo: ModuleType, protocol: str) -> None:
     budget = MemoryBudget(1 << 20)
