@@ -211,6 +211,9 @@ def _make_wire(form: Form, protocol: str, echo: header.HeaderFrame | None) -> Wi
     def message(name: str, mtype: int, seqid: int, payload: Any) -> bytes:
         return forms.wrap(form, encode(name, mtype, seqid, payload), echo)
 
+    if form.transport == "unframed":
+        message = encode        # an unframed reply is the bare message: no wrap call
+
     def app_error(name: str, seqid: int, text: str, code: int) -> bytes:
         return forms.error_reply(form, name, seqid, text, code, echo)
     return Wire(message, app_error, None, protocol == "compact")
@@ -255,6 +258,12 @@ class Dispatcher:
         #: Frames up to this size get the floor as their budget (one comparison on the
         #: hot path: most requests are small).
         self._floor_frames = int(DECODED_SIZE_FLOOR // decoded_size_factor)
+        #: The accepted forms whose messages need no unwrapping (all but THeader and
+        #: framed binary), with the Wire their replies take: one lookup per request.
+        self._plain: dict[Form, Wire] = {
+            form: wire_for(form, form.protocol)
+            for form in (forms.FRAMED_COMPACT, forms.UNFRAMED_BINARY, forms.UNFRAMED_COMPACT)
+            if self._accepts(form, form.protocol)}
         self.default: dict[str, Method] | None = None
         if default is not None:
             service, handler = default
@@ -516,6 +525,11 @@ class Dispatcher:
     def _dispatch_message(self, msg: Message, peer: str, principal: str | None
                           ) -> tuple[Reply | None, Status]:
         """dispatch() for a request in any form but framed binary."""
+        wire = self._plain.get(msg.form)
+        if wire is not None and msg.error is None:
+            # An accepted framed-compact or unframed message, the common case of the
+            # other forms: nothing to unwrap or check.
+            return self._dispatch_unwrapped(msg.data, wire, None, msg.form, peer, principal)
         form = msg.form
         if form.transport != "header" and not self._accepts(form, form.protocol):
             return self._not_accepted(peer, str(form))
@@ -541,6 +555,12 @@ class Dispatcher:
         protocol = "compact" if wire.compact else "binary"
         if frame is not None and not self._accepts(form, protocol):
             return self._not_accepted(peer, f"THeader carrying {protocol}")
+        return self._dispatch_unwrapped(data, wire, frame, form, peer, principal)
+
+    def _dispatch_unwrapped(self, data: bytes | bytearray, wire: Wire,
+                            frame: header.HeaderFrame | None, form: Form, peer: str,
+                            principal: str | None) -> tuple[Reply | None, Status]:
+        """The message bytes of a request in another form, read as framed binary's are."""
         codec = compact if wire.compact else binary
         try:
             head = codec.read_message_header(data, self.strict_read)
@@ -548,11 +568,15 @@ class Dispatcher:
             log.warning("bad_message_header", peer=peer, form=str(form), error=str(exc),
                         effect="connection closed")
             return None, Status.CLOSE
-        info = frame.info if frame is not None else {}
-        token = REQUEST.set((peer, head.name, head.seqid, principal, info))
+        # THeader's info headers as the fifth item, when there are any (context.py).
+        request = (peer, head.name, head.seqid, principal, frame.info) \
+            if frame is not None and frame.info else (peer, head.name, head.seqid, principal)
+        token = REQUEST.set(request)
         try:
-            return self._dispatch(data, head, head.name, head.type, head.seqid, wire,
-                                  self._budget(len(data)))
+            size = len(data)
+            budget = DECODED_SIZE_FLOOR if size <= self._floor_frames \
+                else max(DECODED_SIZE_FLOOR, int(size * self.decoded_size_factor))
+            return self._dispatch(data, head, head.name, head.type, head.seqid, wire, budget)
         finally:
             REQUEST.reset(token)
 
