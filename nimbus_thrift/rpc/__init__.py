@@ -19,7 +19,8 @@ Layers, each importing only those below it::
     inline      which methods the selector runs itself, and the watch for blocked ones
     workers     the worker pool that runs handlers     wakeup  wakes the selector
     dispatch    decode a request, call the handler, encode the reply
-    connection  the per-connection framing state table
+    connection  per-connection framing and read-buffer accounting
+    states      the connection's states, events and transition table
     deadlines   when a connection is closed: first request, frame rate, parking, writes
     memory      the server-wide read-buffer budget      metrics  counters
     methodstats calls by outcome and latency per IDL method (when asked)
