@@ -8,8 +8,12 @@ Layers, each importing only those below it::
 
     processes   make_server(processes=N): the parent that forks, feeds and supervises
                 children       child  a child's life (its server, metrics, stop)
+    children    the parent's record of each child, its requests for figures, the
+                totals of children gone
     handoff     connections passed from the parent's accept to a child
-    supervision options per child, the metrics sum, back-off, child states
+    supervision options per child, the sums of metrics and per-method figures,
+                back-off, child states
+    control     the control channel's messages (snapshots, per-method figures in parts)
     server      Server (start, stop, metrics) and make_server
     selector    the selector thread's loop: read, hand off, write
     inline_calls  its base: calls it runs itself, the hand-over when one blocks

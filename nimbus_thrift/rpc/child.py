@@ -1,7 +1,8 @@
 """A multi-process server's child, from the fork to its exit (rpc/processes.py forks
 it): build the server on the handoff channel, report ready, answer the parent's
-metrics requests, and stop gracefully when told to, on SIGTERM, or when the parent
-is gone.
+requests for its metrics and per-method figures, and stop gracefully when told to, on
+SIGTERM, or when the parent is gone, with its last figures as its last words (the
+messages are in rpc/control.py).
 """
 
 from __future__ import annotations
@@ -15,17 +16,20 @@ from typing import NoReturn, Protocol
 
 import structlog
 
+from .control import CONTROL_MAX, FINAL_SEQ, encode_methods, encode_snapshot, parse_seq
 from .handoff import HandoffListener
+from .methodstats import MethodFigures
 from .metrics import MetricsSnapshot
 from .options import ServerOptions
-from .supervision import encode_snapshot
 
 log = structlog.get_logger(__name__)
 
 #: The grace of a stop, as Server.stop's default.
 DEFAULT_STOP_GRACE = 10.0
-#: Largest control message: a metrics snapshot as JSON is about 700 bytes.
-CONTROL_MAX = 64 * 1024
+#: Seconds a child waits for room on its control channel to send an answer or its last
+#: words: a parent that stopped reading (it gave up on a slow answer, or is gone) must
+#: not keep the child from asking for the next request or from exiting.
+SEND_TIMEOUT = 5.0
 
 
 class ChildServer(Protocol):
@@ -37,6 +41,8 @@ class ChildServer(Protocol):
     def stop(self, grace: float = ...) -> None: ...
 
     def metrics(self) -> MetricsSnapshot: ...
+
+    def method_metrics(self) -> dict[str, MethodFigures]: ...
 
 
 #: Builds a child's server: it accepts from the given listener (the child's end of its
@@ -50,6 +56,31 @@ class _StopSignal(Exception):
 
 def _raise_stop(signum: int, frame: object) -> None:
     raise _StopSignal
+
+
+def _send(control: socket.socket, messages: list[bytes]) -> None:
+    """Send ``messages`` (one answer), each waiting at most SEND_TIMEOUT for room. An
+    answer the parent does not take is dropped: it has given up on it (and skips what
+    it reads of it later), or it is gone (the next read sees that)."""
+    control.settimeout(SEND_TIMEOUT)
+    try:
+        for message in messages:
+            control.send(message)
+    except OSError:
+        pass
+    finally:
+        control.settimeout(None)
+
+
+def _methods_answer(seq: int, figures: dict[str, MethodFigures], slot: int,
+                    warned: list[bool]) -> list[bytes]:
+    messages, omitted = encode_methods(seq, figures)
+    if omitted and not warned:
+        warned.append(True)   # once in the child's life: every request would say it
+        log.warning("method_metrics_truncated", slot=slot, pid=os.getpid(),
+                    methods=len(figures), omitted=omitted,
+                    effect="the least called methods' figures are not updated")
+    return messages
 
 
 def child_main(slot: int, control: socket.socket, listener: HandoffListener,
@@ -73,14 +104,18 @@ def child_main(slot: int, control: socket.socket, listener: HandoffListener,
         control.settimeout(None)
         control.send(b"ready")
         grace, settle = DEFAULT_STOP_GRACE, 0.0
+        warned: list[bool] = []
         try:
             while True:
                 message = control.recv(CONTROL_MAX)
                 if not message:
                     break  # the parent is gone: stop rather than serve unsupervised
                 verb, _, arg = message.partition(b" ")
-                if verb == b"metrics":
-                    control.send(encode_snapshot(b"metrics", server.metrics(), int(arg)))
+                seq = parse_seq(arg)
+                if verb == b"metrics" and seq is not None:
+                    _send(control, [encode_snapshot(b"metrics", server.metrics(), seq)])
+                elif verb == b"methods" and seq is not None:
+                    _send(control, _methods_answer(seq, server.method_metrics(), slot, warned))
                 elif verb == b"stop":
                     grace_arg, _, settle_arg = arg.partition(b" ")
                     grace, settle = float(grace_arg), float(settle_arg or 0)
@@ -95,10 +130,10 @@ def child_main(slot: int, control: socket.socket, listener: HandoffListener,
         while settle and server.metrics().connections_open and time.monotonic() < until:
             time.sleep(0.005)  # polling the child's own counters, bounded by settle
         server.stop(max(0.0, grace - settle))
-        try:
-            control.send(encode_snapshot(b"bye", server.metrics()))
-        except OSError:
-            pass
+        # Last words: the final figures, kept by the parent so its sums never go down.
+        figures = server.method_metrics()
+        last = _methods_answer(FINAL_SEQ, figures, slot, warned) if figures else []
+        _send(control, [*last, encode_snapshot(b"bye", server.metrics())])
     except BaseException:
         code = 1
         try:

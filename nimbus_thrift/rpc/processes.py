@@ -8,7 +8,7 @@
     | listening socket, bound before fork|          +------------------------------+
     | acceptor thread: accept, hand each |--conn--->| selector accepts from the    |
     |   connection to the next child     |  (fd)    |   handoff channel (handoff.py)|
-    | supervisor thread: reap, restart   |<-ctl---->| main thread: metrics, stop   |
+    | supervisor thread: reap, restart   |<-ctl---->| main thread: figures, stop   |
     |   crashed children with back-off   |          +------------------------------+
     | reload thread: rolling restart     |
     +------------------------------------+
@@ -48,6 +48,10 @@ Each child gets ``1/N`` of the memory budgets (max_read_buffer_bytes, its per-pe
 share, max_unsent_reply_bytes), so N children together hold what one server would;
 worker_threads, max_connections and the per-peer connection cap are per child
 (threads and descriptors are per-process resources).
+
+Figures. metrics() and method_metrics() ask each serving child over its control
+channel (the messages are in control.py) and add the figures of the children gone,
+which a child that stops sends as its last words (children.py keeps them).
 """
 
 from __future__ import annotations
@@ -62,20 +66,21 @@ from typing import Any, NoReturn
 
 import structlog
 
-from .child import CONTROL_MAX, DEFAULT_STOP_GRACE, ChildFactory, child_main
+from .child import DEFAULT_STOP_GRACE, ChildFactory, child_main
+from .children import Child as Child
+from .children import Tally
+from .control import CONTROL_MAX
 from .handoff import HandoffListener, hand_over, send_end
+from .methodstats import MethodFigures
 from .metrics import MetricsSnapshot
 from .options import ServerOptions
-from .supervision import (TRANSITIONS, Backoff, ChildState, add_retired, check_processes,
-                          child_options, decode_snapshot, describe_status, sum_snapshots)
+from .supervision import Backoff, ChildState, check_processes, child_options, describe_status
 
 log = structlog.get_logger(__name__)
 
 #: Seconds a new child has to build its server and report ready (the handler was
 #: copied by the fork, so this is the server's own start).
 CHILD_READY_TIMEOUT = 30.0
-#: Seconds a child has to answer a metrics request before it is left out of the sum.
-CONTROL_TIMEOUT = 5.0
 #: Seconds after its grace a stopping child may take to exit before it is killed.
 STOP_SLACK = 5.0
 #: In a rolling restart, seconds an old child that is handed nothing more waits for its
@@ -94,36 +99,10 @@ ACCEPTS_PER_PASS = 64
 EMFILE_PAUSE = 0.1
 
 
-class Child:
-    """The parent's record of one child process."""
-
-    def __init__(self, slot: int, pid: int, control: socket.socket, handoff: socket.socket,
-                 pidfd: int) -> None:
-        self.slot = slot
-        self.pid = pid
-        self.control = control
-        self.handoff = handoff
-        self.pidfd = pidfd
-        self.started = time.monotonic()
-        self.state = ChildState.STARTING
-        #: Held for each request and its answer on the control channel.
-        self.lock = threading.Lock()
-        #: Held while a connection is handed over, so "end" goes after the last one.
-        self.handoff_lock = threading.Lock()
-        self.exited = threading.Event()
-        self.status: int | None = None
-
-    def move(self, new: ChildState) -> None:
-        if new not in TRANSITIONS[self.state]:
-            raise RuntimeError(f"child {self.pid}: {self.state.value} -> {new.value} "
-                               "is not a transition")
-        self.state = new
-
-
 class ProcessServer:
     """N children serving one port, and the parent that supervises them. Build it
     with ``make_server(..., processes=N)``; it has Server's start, stop, address,
-    metrics, serve_forever and context manager, and :meth:`reload`."""
+    metrics, method_metrics, serve_forever and context manager, and :meth:`reload`."""
 
     def __init__(self, factory: ChildFactory, host: str, port: int, options: ServerOptions,
                  processes: int) -> None:
@@ -145,8 +124,8 @@ class ProcessServer:
         self._backoff = [Backoff() for _ in range(processes)]
         #: Slot -> monotonic time its next child may start (after a crash).
         self._restart_at: dict[int, float] = {}
-        self._retired: dict[str, int] = {}
-        self._seq = 0
+        #: The children's figures, and those of the children gone (children.py).
+        self._tally = Tally()
         self._next = 0      # round-robin position of the acceptor
         self._started = False
         self._stopping = False
@@ -249,7 +228,7 @@ class ProcessServer:
             self._request_stop(child, grace)
         deadline = time.monotonic() + grace + STOP_SLACK
         for child in children:
-            self._collect_bye(child, deadline)
+            self._tally.collect_farewell(child, deadline)
         for child in children:
             if not child.exited.wait(max(0.0, deadline - time.monotonic())):
                 self._kill(child)
@@ -304,13 +283,25 @@ class ProcessServer:
         channel; one that does not answer within CONTROL_TIMEOUT is left out), plus the
         cumulative counters of the children that have stopped gracefully. During a
         rolling restart a stopping child's counters are missing until it has stopped."""
+        return self._tally.metrics(self._serving_children())
+
+    def method_metrics(self) -> dict[str, MethodFigures]:
+        """Calls by outcome and latency per IDL method (methods called at least once),
+        summed over every child, as ``Server.method_metrics()``; empty unless made with
+        ``method_metrics=True``.
+
+        These never go down. Each serving child is asked over its control channel; one
+        that does not answer within CONTROL_TIMEOUT counts with what it last answered.
+        A child that stops (a rolling restart, stop()) reports its final figures, which
+        are kept; a child that crashes keeps only what it had answered before (the calls
+        it served since are lost with it)."""
+        if not self.options.method_metrics:
+            return {}
+        return self._tally.method_metrics(self._serving_children())
+
+    def _serving_children(self) -> list[Child]:
         with self._lock:
-            children = [c for c in self._slots
-                        if c is not None and c.state is ChildState.SERVING]
-        snaps = [s for s in (self._ask_metrics(c) for c in children) if s is not None]
-        with self._lock:
-            retired = dict(self._retired)
-        return sum_snapshots(snaps, retired)
+            return [c for c in self._slots if c is not None and c.state is ChildState.SERVING]
 
     # ------------------------------------------------------------- children
 
@@ -418,45 +409,6 @@ class ProcessServer:
         except OSError:
             pass  # already gone: the supervisor reaps it
 
-    def _collect_bye(self, child: Child, deadline: float) -> None:
-        """Read a stopping child's last snapshot (its cumulative counters are kept)."""
-        with child.lock:
-            try:
-                while True:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return
-                    child.control.settimeout(left)
-                    message = child.control.recv(CONTROL_MAX)
-                    if not message:
-                        return
-                    snap = decode_snapshot(message, b"bye")
-                    if snap is not None:
-                        with self._lock:
-                            add_retired(self._retired, snap)
-                        return
-            except OSError:
-                return
-
-    def _ask_metrics(self, child: Child) -> MetricsSnapshot | None:
-        with self._lock:
-            self._seq += 1
-            seq = self._seq
-        with child.lock:
-            try:
-                child.control.send(b"metrics %d" % seq)
-                deadline = time.monotonic() + CONTROL_TIMEOUT
-                while True:
-                    child.control.settimeout(max(0.001, deadline - time.monotonic()))
-                    message = child.control.recv(CONTROL_MAX)
-                    if not message:
-                        return None
-                    snap = decode_snapshot(message, b"metrics", seq)
-                    if snap is not None:
-                        return snap
-            except OSError:
-                return None
-
     def _kill(self, child: Child) -> None:
         """SIGKILL one of our own children, through its pidfd, unless reaped."""
         with self._lock:
@@ -497,6 +449,7 @@ class ProcessServer:
             os.close(child.pidfd)
             spawning = child in self._starting
         if not spawning:  # else _spawn, which is reading its control channel, closes it
+            self._tally.child_gone(child)
             self._close_channels(child)
         if restart:
             log.warning("child_exited", slot=child.slot, pid=child.pid,
@@ -645,7 +598,7 @@ class ProcessServer:
                     continue
                 self._request_stop(old, DEFAULT_STOP_GRACE + RELOAD_SETTLE, RELOAD_SETTLE)
                 deadline = time.monotonic() + DEFAULT_STOP_GRACE + RELOAD_SETTLE + STOP_SLACK
-                self._collect_bye(old, deadline)
+                self._tally.collect_farewell(old, deadline)
                 if not old.exited.wait(max(0.0, deadline - time.monotonic())):
                     self._kill(old)
                     old.exited.wait(STOP_SLACK)

@@ -1,16 +1,20 @@
 """The socket-free parts of supervising a multi-process server (rpc/processes.py):
-the options each child gets, the sum of the children's metrics, the restart back-off,
-exit statuses in words, the control channel's messages and a child's state table."""
+the options each child gets, the sums of the children's metrics and per-method
+figures, the restart back-off, exit statuses in words and a child's state table (the
+control channel's messages are in rpc/control.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import json
 import os
 import signal
 from dataclasses import dataclass
 
+# Re-exported: the control messages lived here before rpc/control.py.
+from .control import decode_snapshot as decode_snapshot
+from .control import encode_snapshot as encode_snapshot
+from .methodstats import OUTCOMES, MethodFigures
 from .metrics import MetricsSnapshot
 from .options import OptionError, ServerOptions
 
@@ -85,6 +89,33 @@ def add_retired(retired: dict[str, int], snapshot: MetricsSnapshot) -> None:
         retired[name] = retired.get(name, 0) + getattr(snapshot, name)
 
 
+def add_figures(a: MethodFigures, b: MethodFigures) -> MethodFigures:
+    """One method's figures added: outcomes, bucket counts and seconds."""
+    return MethodFigures({o: a.outcomes.get(o, 0) + b.outcomes.get(o, 0) for o in OUTCOMES},
+                         tuple(x + y for x, y in zip(a.bucket_counts, b.bucket_counts,
+                                                     strict=True)),
+                         a.seconds_sum + b.seconds_sum)
+
+
+def sum_methods(answers: list[dict[str, MethodFigures]],
+                retired: dict[str, MethodFigures] | None = None) -> dict[str, MethodFigures]:
+    """Method by method sum of the children's figures and the ``retired`` figures of
+    children that have stopped, sorted by method name."""
+    total: dict[str, MethodFigures] = {}
+    for figures in [*answers, retired or {}]:
+        for name, fig in figures.items():
+            total[name] = add_figures(total[name], fig) if name in total else fig
+    return dict(sorted(total.items()))
+
+
+def newer_figures(older: dict[str, MethodFigures],
+                  newer: dict[str, MethodFigures]) -> dict[str, MethodFigures]:
+    """One child's figures as last known: its ``newer`` answer, and for the methods that
+    answer left out (a child over METHODS_MAX_PARTS sends its busiest) the ``older``
+    ones. A child's figures only grow, so this never goes back down."""
+    return {**older, **newer}
+
+
 def describe_status(status: int) -> str:
     """A waitpid status as words: ``exit status 3``, ``killed by SIGKILL``."""
     code = os.waitstatus_to_exitcode(status)
@@ -113,30 +144,6 @@ class Backoff:
             self.failures = 0
         self.failures += 1
         return float(min(self.cap, self.initial * self.factor ** (self.failures - 1)))
-
-
-# The control channel: one SOCK_SEQPACKET pair per child, so each send is one message.
-# Parent to child: b"metrics <seq>", b"stop <grace> <settle>". Child to parent:
-# b"ready", b"metrics <seq> <json>", b"bye <json>" (its last snapshot, once stopped).
-
-def encode_snapshot(kind: bytes, snapshot: MetricsSnapshot, seq: int | None = None) -> bytes:
-    head = kind if seq is None else kind + b" %d" % seq
-    return head + b" " + json.dumps(snapshot.as_dict(), separators=(",", ":")).encode()
-
-
-def decode_snapshot(message: bytes, kind: bytes, seq: int | None = None) -> MetricsSnapshot | None:
-    """The snapshot in a child's ``kind`` message, or None if the message is another
-    (a late answer to an earlier request, say) or unreadable."""
-    parts = message.split(b" ", 2 if seq is not None else 1)
-    if parts[0] != kind or len(parts) != (3 if seq is not None else 2):
-        return None
-    if seq is not None and parts[1] != b"%d" % seq:
-        return None
-    try:
-        values = json.loads(parts[-1])
-        return MetricsSnapshot(**{k: int(v) for k, v in values.items()})
-    except (ValueError, TypeError):
-        return None
 
 
 # ----------------------------------------------------------------- child lifecycle

@@ -311,3 +311,98 @@ def test_demo_processes_stop_gracefully_on_sigterm(demo):
             assert gone(pid)
     finally:
         server.close()
+
+
+# ----------------------------------------------------------------------- per-method figures
+
+
+def outcomes(server: ProcessServer) -> dict[str, dict[str, int]]:
+    return {name: fig.outcomes for name, fig in server.method_metrics().items()}
+
+
+def test_method_metrics_are_summed_over_the_children_and_survive_a_reload(demo):
+    server = serve(demo, method_metrics=True)
+    try:
+        children = server.children()
+        seen: set[int] = set()
+        socks = []
+        try:
+            # Kept connections go to the children in turn: both serve calls.
+            for _ in range(6):
+                sock = connect(server.address)
+                socks.append(sock)
+                seen.add(int(roundtrip(sock, call(demo.Echo, "echo", s="pid"),
+                                       demo.Echo).body.success))
+                roundtrip(sock, call(demo.Echo, "fail", kind="declared"), demo.Echo)
+            roundtrip(socks[0], call(demo.Echo, "fail", kind="boom"), demo.Echo)
+            roundtrip(socks[1], call(demo.Echo, "ping"), demo.Echo)
+        finally:
+            for sock in socks:
+                sock.close()
+        assert seen == set(children)
+        expected = {"echo": {"ok": 6, "declared": 0, "failed": 0},
+                    "fail": {"ok": 0, "declared": 6, "failed": 1},
+                    "ping": {"ok": 1, "declared": 0, "failed": 0}}
+        wait_for(lambda: outcomes(server) == expected, what="both children's calls summed")
+        before = server.method_metrics()
+        assert sum(before["echo"].bucket_counts) == 6
+        assert before["fail"].seconds_sum > 0
+
+        # Two calls the parent has not read yet: only the old children's last words
+        # can carry them over the restart.
+        for _ in range(2):
+            pid_of_call(demo, server.address)
+        server.reload()
+        readings = []
+
+        def replaced() -> bool:
+            readings.append(outcomes(server)["echo"]["ok"])
+            return len(server.children()) == 2 and not set(server.children()) & set(children)
+
+        wait_for(replaced, timeout=30, what="the rolling restart")
+        # Read all along the restart: never below the calls made, never going down.
+        assert readings[0] >= 6 and readings == sorted(readings), readings
+        wait_for(lambda: outcomes(server)["echo"]["ok"] == 8, what="the last words kept")
+        after = server.method_metrics()
+        assert after["fail"] == before["fail"] and after["ping"] == before["ping"]
+        assert sum(after["echo"].bucket_counts) == 8
+        # The new children add to them, and stop() keeps their last words too.
+        pid = pid_of_call(demo, server.address)
+        assert pid in server.children()
+        server.stop(grace=5.0)
+        assert outcomes(server)["echo"]["ok"] == 9
+    finally:
+        server.stop(grace=5.0)
+
+
+def test_method_metrics_keep_a_killed_childs_last_answer(demo):
+    server = serve(demo, method_metrics=True)
+    try:
+        socks = [connect(server.address) for _ in range(4)]
+        try:
+            pids = {int(roundtrip(s, call(demo.Echo, "echo", s="pid"),
+                                  demo.Echo).body.success) for s in socks}
+        finally:
+            for sock in socks:
+                sock.close()
+        assert pids == set(server.children())
+        wait_for(lambda: outcomes(server).get("echo", {}).get("ok") == 4,
+                 what="the calls counted")
+        victim = server.children()[0]
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: len(server.children()) == 2 and victim not in server.children(),
+                 what="a new child in the killed one's place")
+        # The killed child said nothing more, but what it had answered stays.
+        assert outcomes(server)["echo"]["ok"] == 4
+    finally:
+        server.stop(grace=5.0)
+
+
+def test_method_metrics_are_empty_unless_asked(demo):
+    server = serve(demo)
+    try:
+        pid_of_call(demo, server.address)
+        wait_for(lambda: server.metrics().requests_completed == 1, what="the call")
+        assert server.method_metrics() == {}
+    finally:
+        server.stop(grace=5.0)

@@ -83,3 +83,20 @@ def test_not_asked_keeps_the_untimed_path(demo: ModuleType) -> None:
     assert "_call" not in vars(disp)          # the class's own, untimed method
     reply, status = disp.dispatch(frame(demo, "echo", demo.Echo.echo_args(s="x")), "peer")
     assert status is Status.OK and reply is not None
+
+
+def test_figures_cross_the_control_channel_unchanged(demo: ModuleType) -> None:
+    """What a child of make_server(processes=N) books is what its parent reads back
+    (rpc/control.py carries it; seconds are floats in JSON, exactly)."""
+    from nimbus_thrift.rpc.control import MethodsReply, encode_methods
+
+    disp = Dispatcher((demo.Echo, EchoHandler()), method_metrics=True)
+    disp.dispatch(frame(demo, "echo", demo.Echo.echo_args(s="x")), "peer")
+    disp.dispatch(frame(demo, "fail", demo.Echo.fail_args(kind="declared")), "peer")
+    disp.dispatch(frame(demo, "fail", demo.Echo.fail_args(kind="boom")), "peer")
+    assert disp.method_stats is not None
+    snap = disp.method_stats.snapshot()
+    messages, omitted = encode_methods(1, snap)
+    reply = MethodsReply(1)
+    assert omitted == 0 and all(reply.feed(m) for m in messages)
+    assert reply.figures == snap

@@ -6,12 +6,22 @@ messages and the child's state table; and what make_server builds before any for
 from __future__ import annotations
 
 import dataclasses
+import math
 import signal
+import socket
+import threading
+import time
 
 import pytest
 
 import nimbus_thrift
 from nimbus_thrift.demo import EchoHandler, demo_thrift
+from nimbus_thrift.rpc import children as children_module
+from nimbus_thrift.rpc import control
+from nimbus_thrift.rpc.children import Tally
+from nimbus_thrift.rpc.control import (CONTROL_MAX, FINAL_SEQ, Farewell, MethodsReply,
+                                       decode_methods, encode_methods)
+from nimbus_thrift.rpc.methodstats import BUCKETS, MethodFigures, bucket_of
 from nimbus_thrift.rpc.metrics import MetricsSnapshot
 from nimbus_thrift.rpc.options import OptionError, ServerOptions
 from nimbus_thrift.rpc.processes import Child, ProcessServer
@@ -19,6 +29,7 @@ from nimbus_thrift.rpc.server import Server
 from nimbus_thrift.rpc.supervision import (CUMULATIVE_FIELDS, Backoff, ChildState, add_retired,
                                            check_processes, child_options, decode_snapshot,
                                            describe_status, encode_snapshot, sum_snapshots)
+from nimbus_thrift.rpc.supervision import newer_figures, sum_methods
 
 
 def snapshot(**values: int) -> MetricsSnapshot:
@@ -143,8 +154,6 @@ def test_exit_statuses_in_words():
 
 
 def test_child_states_follow_the_table():
-    import socket
-
     a, b = socket.socketpair()
     try:
         child = Child(0, 12345, a, b, -1)
@@ -161,3 +170,327 @@ def test_child_states_follow_the_table():
     finally:
         a.close()
         b.close()
+
+
+# ----------------------------------------------------------------------- per-method figures
+# The control messages of method_metrics() (rpc/control.py), their sums (supervision.py)
+# and the parent's tally of them (children.py), against fake children: the child's end
+# of a real SEQPACKET pair, with the answers queued before the parent asks.
+
+
+def figures(ok: int = 0, declared: int = 0, failed: int = 0, secs: float = 0.001,
+            seconds_sum: float | None = None) -> MethodFigures:
+    """A method's figures with every timed call (ok + declared) in ``secs``'s bucket."""
+    buckets = [0] * (len(BUCKETS) + 1)
+    buckets[bucket_of(secs)] = ok + declared
+    return MethodFigures({"ok": ok, "declared": declared, "failed": failed}, tuple(buckets),
+                         (ok + declared) * secs if seconds_sum is None else seconds_sum)
+
+
+def joined(messages: list[bytes], seq: int) -> dict[str, MethodFigures] | None:
+    reply = MethodsReply(seq)
+    assert all(reply.feed(m) for m in messages)
+    assert reply.complete
+    return reply.figures
+
+
+def test_methods_messages_round_trip_in_one_part():
+    table = {"echo": figures(ok=3, failed=1), "fail": figures(declared=2, secs=0.3)}
+    messages, omitted = encode_methods(7, table)
+    assert omitted == 0
+    assert len(messages) == 1 and messages[0].startswith(b"methods 7 0 1 {")
+    assert joined(messages, 7) == table
+
+
+def test_methods_messages_past_the_cap_go_in_parts_that_join_up():
+    # Long names make the JSON several times CONTROL_MAX: no message may pass it.
+    table = {f"method_{i:05d}_" + "x" * 200: figures(ok=i, secs=0.002) for i in range(1000)}
+    messages, omitted = encode_methods(12, table)
+    assert omitted == 0
+    assert len(messages) > 3
+    assert all(len(m) <= CONTROL_MAX for m in messages)
+    assert [m.split(b" ", 4)[2:4] for m in messages] == \
+        [[b"%d" % i, b"%d" % len(messages)] for i in range(len(messages))]
+    assert joined(messages, 12) == table
+
+
+def test_methods_over_the_part_limit_send_the_busiest(monkeypatch, logs):
+    monkeypatch.setattr(control, "METHODS_MAX_PARTS", 1)
+    table = {f"m{i:04d}_" + "y" * 300: figures(ok=i + 1) for i in range(400)}
+    messages, omitted = encode_methods(3, table)
+    assert len(messages) == 1 and len(messages[0]) <= CONTROL_MAX
+    sent = joined(messages, 3)
+    assert sent is not None and omitted > 0 and len(sent) + omitted == len(table)
+    least_sent = min(f.outcomes["ok"] for f in sent.values())
+    # Every method left out was called fewer times than every method sent.
+    assert all(f.outcomes["ok"] < least_sent for n, f in table.items() if n not in sent)
+    assert all(sent[n] == table[n] for n in sent)
+
+
+def test_a_methods_reply_skips_late_garbled_and_out_of_turn_parts():
+    table = {"echo": figures(ok=5)}
+    late, _ = encode_methods(4, {"echo": figures(ok=1)})
+    current, _ = encode_methods(5, table)
+    reply = MethodsReply(5)
+    # An answer to an earlier request that came late is not this one.
+    assert not reply.feed(late[0])
+    for garbled in (b"methods 5", b"methods x 0 1 {}", b"methods 5 0 -1 {}",
+                    b"methods 5 1 1 {}", b"metrics 5 {}", b"bye {}", b""):
+        assert not reply.feed(garbled), garbled
+    assert not reply.complete
+    assert reply.feed(current[0]) and reply.complete and reply.figures == table
+    # Complete: nothing more is taken, not even the same answer again.
+    assert not reply.feed(current[0])
+
+
+def test_a_methods_reply_refuses_a_part_count_over_the_limit_before_keeping_it():
+    reply = MethodsReply(1)
+    assert not reply.feed(b"methods 1 0 %d {" % (control.METHODS_MAX_PARTS + 1))
+    assert not reply.feed(b"methods 1 0 99999999999999999999 {")
+    assert reply._parts == [] and not reply.complete
+
+
+def test_a_methods_reply_with_a_missing_part_never_completes():
+    table = {f"m{i}_" + "z" * 300: figures(ok=1) for i in range(500)}
+    messages, _ = encode_methods(2, table)
+    assert len(messages) >= 3
+    reply = MethodsReply(2)
+    assert reply.feed(messages[0])
+    assert not reply.feed(messages[2])          # the second never came
+    assert not reply.complete
+    # A new first part starts the answer over (the parent ignores what came before).
+    assert all(reply.feed(m) for m in messages)
+    assert reply.complete and reply.figures == table
+
+
+@pytest.mark.parametrize("body", [
+    b"{not json", b"[]", b'{"a": 1}', b'{"a": [[1, 0, 0], [0], 0.1]}',
+    b'{"a": [[1, 0], [%s], 0.1]}' % b",".join([b"0"] * (len(BUCKETS) + 1)),
+    b'{"a": [[-1, 0, 0], [%s], 0.1]}' % b",".join([b"0"] * (len(BUCKETS) + 1)),
+    b'{"a": [[true, 0, 0], [%s], 0.1]}' % b",".join([b"0"] * (len(BUCKETS) + 1)),
+    b'{"a": [[1, 0, 0], [%s], NaN]}' % b",".join([b"0"] * (len(BUCKETS) + 1)),
+    b'{"a": [[1, 0, 0], [%s], -1.0]}' % b",".join([b"0"] * (len(BUCKETS) + 1)),
+    b'{"a": [[1, 0, 0], [%s], "1"]}' % b",".join([b"0"] * (len(BUCKETS) + 1)),
+    b"[" * 100000,
+])
+def test_unreadable_methods_figures_are_refused(body):
+    assert decode_methods(body) is None
+    reply = MethodsReply(1)
+    assert reply.feed(b"methods 1 0 1 " + body)
+    assert reply.complete and reply.figures is None
+
+
+def test_method_sums_add_outcomes_buckets_and_seconds_and_the_retired():
+    a = {"echo": figures(ok=2, failed=1, secs=0.001), "ping": figures(ok=1)}
+    b = {"echo": figures(ok=3, declared=1, secs=0.5)}
+    total = sum_methods([a, b], {"echo": figures(ok=10, secs=0.001), "old": figures(ok=4)})
+    assert list(total) == ["echo", "old", "ping"]
+    echo = total["echo"]
+    assert echo.outcomes == {"ok": 15, "declared": 1, "failed": 1}
+    assert echo.bucket_counts[bucket_of(0.001)] == 12
+    assert echo.bucket_counts[bucket_of(0.5)] == 4
+    assert sum(echo.bucket_counts) == 16
+    assert math.isclose(echo.seconds_sum, 0.012 + 2.0)
+    assert total["old"].outcomes["ok"] == 4 and total["ping"].outcomes["ok"] == 1
+    assert sum_methods([]) == {}
+
+
+def test_newer_figures_keep_what_a_trimmed_answer_left_out():
+    older = {"a": figures(ok=1), "b": figures(ok=2)}
+    assert newer_figures(older, {"a": figures(ok=5)}) == {"a": figures(ok=5), "b": figures(ok=2)}
+
+
+def test_last_words_are_the_final_figures_then_bye():
+    farewell = Farewell()
+    table = {"echo": figures(ok=9)}
+    messages, _ = encode_methods(FINAL_SEQ, table)
+    assert not farewell.feed(encode_methods(3, table)[0][0])   # an answer, not last words
+    assert all(farewell.feed(m) for m in messages)
+    assert not farewell.said
+    assert farewell.feed(encode_snapshot(b"bye", snapshot(requests_completed=9)))
+    assert farewell.said and farewell.methods.figures == table
+    assert farewell.snapshot == snapshot(requests_completed=9)
+    assert not farewell.feed(encode_snapshot(b"bye", snapshot(requests_completed=10)))
+    # A child with no figures says only bye.
+    quiet = Farewell()
+    assert quiet.feed(encode_snapshot(b"bye", snapshot())) and quiet.said
+    assert quiet.methods.figures is None
+
+
+def test_a_garbled_bye_does_not_raise():
+    assert decode_snapshot(b"bye [1, 2]", b"bye") is None
+    assert decode_snapshot(b"bye " + b"[" * 100000, b"bye") is None
+
+
+class FakeChild:
+    """A Child record whose control channel's other end is the test's."""
+
+    def __init__(self, pid: int) -> None:
+        parent, self.end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.handoff_a, self.handoff_b = socket.socketpair()
+        self.child = Child(0, pid, parent, self.handoff_a, -1)
+        self.child.move(ChildState.SERVING)
+
+    def queue(self, *messages: bytes) -> None:
+        for message in messages:
+            self.end.send(message)
+
+    def answer(self, seq: int, table: dict[str, MethodFigures]) -> None:
+        self.queue(*encode_methods(seq, table)[0])
+
+    def say_goodbye(self, table: dict[str, MethodFigures], completed: int = 0) -> None:
+        if table:
+            self.answer(FINAL_SEQ, table)
+        self.queue(encode_snapshot(b"bye", snapshot(requests_completed=completed)))
+
+    def requests(self) -> list[bytes]:
+        self.end.setblocking(False)
+        got = []
+        try:
+            while True:
+                got.append(self.end.recv(CONTROL_MAX))
+        except BlockingIOError:
+            return got
+
+    def close(self) -> None:
+        for sock in (self.child.control, self.end, self.handoff_a, self.handoff_b):
+            sock.close()
+
+
+@pytest.fixture
+def fakes():
+    made: list[FakeChild] = []
+
+    def make() -> FakeChild:
+        made.append(FakeChild(1000 + len(made)))
+        return made[-1]
+
+    yield make
+    for fake in made:
+        fake.close()
+
+
+def test_tally_sums_the_answers_and_skips_late_and_garbled_ones(fakes, monkeypatch):
+    monkeypatch.setattr(children_module, "CONTROL_TIMEOUT", 0.2)
+    tally = Tally()
+    a, b = fakes(), fakes()
+    # Requests are numbered from 1, one per child asked: a gets 1, b gets 2.
+    a.answer(1, {"echo": figures(ok=2)})
+    b.queue(b"methods 1 0 1 {\"echo\": 1}",              # late (and garbled)
+            b"methods 2 0 1 {broken",                    # unreadable: b left out
+            *encode_methods(2, {"echo": figures(ok=50)})[0])
+    total = tally.method_metrics([a.child, b.child])
+    assert total == {"echo": figures(ok=2)}
+    assert a.requests() == [b"methods 1"] and b.requests() == [b"methods 2"]
+    # Next round: the stale answer to request 2 is still queued on b, then the right one.
+    a.answer(3, {"echo": figures(ok=4), "ping": figures(ok=1)})
+    b.answer(4, {"echo": figures(ok=6)})
+    total = tally.method_metrics([a.child, b.child])
+    assert total["echo"].outcomes == {"ok": 10, "declared": 0, "failed": 0}
+    assert total["ping"] == figures(ok=1)
+
+
+def test_tally_counts_a_silent_child_with_its_last_answer(fakes, monkeypatch):
+    monkeypatch.setattr(children_module, "CONTROL_TIMEOUT", 0.05)
+    tally = Tally()
+    a = fakes()
+    a.answer(1, {"echo": figures(ok=3)})
+    assert tally.method_metrics([a.child]) == {"echo": figures(ok=3)}
+    # No answer to request 2 within the timeout: the sum does not drop.
+    assert tally.method_metrics([a.child]) == {"echo": figures(ok=3)}
+    # Its late answer to 2 is skipped when 3 is answered.
+    a.answer(2, {"echo": figures(ok=4)})
+    a.answer(3, {"echo": figures(ok=5)})
+    assert tally.method_metrics([a.child]) == {"echo": figures(ok=5)}
+
+
+def test_tally_keeps_a_stopped_childs_last_words_and_a_crashed_childs_last_answer(fakes):
+    tally = Tally()
+    stopped, crashed, serving = fakes(), fakes(), fakes()
+    stopped.answer(1, {"echo": figures(ok=3)})
+    crashed.answer(2, {"echo": figures(ok=2), "fail": figures(declared=1)})
+    serving.answer(3, {"echo": figures(ok=1)})
+    readings = [tally.method_metrics([stopped.child, crashed.child, serving.child])]
+    # The stopped child served two more calls before its last words.
+    stopped.say_goodbye({"echo": figures(ok=5)}, completed=5)
+    tally.collect_farewell(stopped.child, deadline=time.monotonic() + 5.0)
+    assert stopped.child.farewell.said
+    readings.append(tally.method_metrics([]))
+    # The crashed child said nothing: what it answered last is kept.
+    crashed.end.close()
+    tally.child_gone(crashed.child)
+    tally.child_gone(stopped.child)            # reaped after its last words: no change
+    readings.append(tally.method_metrics([]))
+    # Both moved into the retired totals: the tally holds nothing of a child gone.
+    assert set(tally._methods) == {serving.child}
+    serving.answer(4, {"echo": figures(ok=1)})
+    readings.append(tally.method_metrics([serving.child]))
+    assert [r["echo"].outcomes["ok"] for r in readings] == [6, 8, 8, 8]
+    assert readings[-1]["fail"].outcomes["declared"] == 1
+    # metrics() keeps the bye's cumulative counters as before.
+    assert tally.metrics([]).requests_completed == 5
+
+
+def test_last_words_read_by_a_request_are_kept_not_dropped(fakes):
+    """A child told to stop while the parent asks it for figures answers with its last
+    words: the request reads them, and keeps them."""
+    tally = Tally()
+    a = fakes()
+    a.say_goodbye({"echo": figures(ok=7)}, completed=7)
+    assert tally.metrics([a.child]).requests_completed == 7      # from the retired totals
+    assert a.child.farewell.said
+    assert tally.method_metrics([a.child]) == {"echo": figures(ok=7)}
+    assert a.requests() == [b"metrics 1"]       # said goodbye: not asked again
+    tally.collect_farewell(a.child, deadline=time.monotonic() + 5.0)       # returns at once
+    tally.child_gone(a.child)
+    assert tally.method_metrics([]) == {"echo": figures(ok=7)}
+    assert tally.metrics([]).requests_completed == 7
+
+
+def test_last_words_left_unread_are_kept_when_the_child_is_reaped(fakes):
+    """A child stopped by a SIGTERM of its own says its last words unasked."""
+    tally = Tally()
+    a = fakes()
+    a.say_goodbye({"ping": figures(ok=2)}, completed=2)
+    a.end.close()
+    tally.child_gone(a.child)
+    assert tally.method_metrics([]) == {"ping": figures(ok=2)}
+    assert tally.metrics([]).requests_completed == 2
+
+
+def test_method_metrics_are_empty_without_the_option_and_nothing_is_asked(fakes):
+    server = ProcessServer(lambda *args: None, "127.0.0.1", 0, ServerOptions(), 2)
+    asked = ProcessServer(lambda *args: None, "127.0.0.1", 0,
+                          ServerOptions(method_metrics=True), 2)
+    for srv in (server, asked):
+        fake = fakes()
+        fake.answer(1, {"echo": figures(ok=1)})
+        srv._slots[0] = fake.child        # a serving child, as start() would place it
+        if srv is server:
+            assert srv.method_metrics() == {}
+            assert fake.requests() == []      # not even asked
+        else:
+            assert srv.method_metrics() == {"echo": figures(ok=1)}
+            assert fake.requests() == [b"methods 1"]
+
+
+def test_an_answer_larger_than_the_socket_buffer_goes_through_in_parts(fakes):
+    """A child answering in parts while the parent reads them: more bytes than the
+    channel holds at once, each part a whole CONTROL_MAX-sized datagram."""
+    tally = Tally()
+    a = fakes()
+    table = {f"m{i:05d}_" + "w" * 400: figures(ok=i + 1) for i in range(2000)}
+    messages, _ = encode_methods(1, table)
+    assert len(messages) > 8 and max(len(m) for m in messages) > CONTROL_MAX - 100
+
+    def child() -> None:
+        assert a.end.recv(CONTROL_MAX) == b"methods 1"
+        for message in messages:
+            a.end.send(message)
+
+    thread = threading.Thread(target=child)
+    thread.start()
+    try:
+        assert tally.method_metrics([a.child]) == dict(sorted(table.items()))
+    finally:
+        thread.join(10)
