@@ -112,7 +112,9 @@ class Server:
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop accepting, let in-flight calls finish and their replies reach the
-        clients for up to ``grace`` seconds, then close every connection.
+        clients for up to ``grace`` seconds, then close every connection. A request a
+        client had sent before the stop (still in the listen backlog, or read in part)
+        is answered too; idle connections close at once.
 
         Safe to call from any thread, from a signal handler, and more than once.
         """
