@@ -151,37 +151,36 @@ class Tally:
     def collect_farewell(self, child: Child, deadline: float) -> None:
         """Read a stopping child's last words until ``deadline`` (its figures join the
         retired totals)."""
-        with child.lock:
-            try:
-                while not child.farewell.said:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return
-                    child.control.settimeout(left)
-                    message = child.control.recv(CONTROL_MAX)
-                    if not message:
-                        return
-                    self._hear(child, message)
-            except OSError:
-                return
+        self._read_farewell(child, deadline)
 
     def child_gone(self, child: Child) -> None:
         """For a child just reaped, before its channels close: read whatever it sent
         and no one read (a child stopped by a SIGTERM of its own says its last words
         unasked), then retire its per-method figures. Those of a crashed child are its
         latest answer: what it counted after that is lost with it."""
-        with child.lock:
-            try:
-                child.control.setblocking(False)
-                while not child.farewell.said:
-                    message = child.control.recv(CONTROL_MAX)
-                    if not message:
-                        break
-                    self._hear(child, message)
-            except OSError:
-                pass
+        self._read_farewell(child, None)
         with self._lock:
             self._retire_methods(child, {})
+
+    def _read_farewell(self, child: Child, deadline: float | None) -> None:
+        """Hear ``child`` until its last words are in: until ``deadline``, or, with
+        None, only what is already waiting."""
+        with child.lock:
+            try:
+                if deadline is None:
+                    child.control.setblocking(False)
+                while not child.farewell.said:
+                    if deadline is not None:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            return
+                        child.control.settimeout(left)
+                    message = child.control.recv(CONTROL_MAX)
+                    if not message:
+                        return
+                    self._hear(child, message)
+            except OSError:
+                return
 
     def _hear(self, child: Child, message: bytes) -> None:
         """Take ``message`` if it is part of the child's last words; once they are

@@ -211,12 +211,11 @@ def _make_wire(form: Form, protocol: str, echo: header.HeaderFrame | None) -> Wi
     def message(name: str, mtype: int, seqid: int, payload: Any) -> bytes:
         return forms.wrap(form, encode(name, mtype, seqid, payload), echo)
 
-    if form.transport == "unframed":
-        message = encode        # an unframed reply is the bare message: no wrap call
-
     def app_error(name: str, seqid: int, text: str, code: int) -> bytes:
         return forms.error_reply(form, name, seqid, text, code, echo)
-    return Wire(message, app_error, None, protocol == "compact")
+    # An unframed reply is the bare message: the codec's own encoder, no wrap call.
+    return Wire(encode if form.transport == "unframed" else message, app_error, None,
+                protocol == "compact")
 
 
 class Dispatcher:
@@ -349,8 +348,8 @@ class Dispatcher:
             REQUEST.reset(token)
 
     def _dispatch(self, frame: bytes | bytearray, header: binary.MessageHeader, name: str,
-                  mtype: int, seqid: int, wire: Wire = FRAMED_BINARY_WIRE,
-                  budget: int = 0) -> tuple[Reply | None, Status]:
+                  mtype: int, seqid: int, wire: Wire = FRAMED_BINARY_WIRE
+                  ) -> tuple[Reply | None, Status]:
         # The common case skips the checks: a CALL of a method in _direct.
         method = self._direct.get(name) if mtype == binary.CALL else None
         reply_name = name
@@ -371,10 +370,9 @@ class Dispatcher:
                         f"not implement it")
             assert method.read_args is not None
             size = len(frame)
-            if not budget:
-                # decoded.decoded_size_limit, inlined.
-                budget = DECODED_SIZE_FLOOR if size <= self._floor_frames \
-                    else max(DECODED_SIZE_FLOOR, int(size * self.decoded_size_factor))
+            # self._budget(size) (decoded.decoded_size_limit), inlined: once per request.
+            budget = DECODED_SIZE_FLOOR if size <= self._floor_frames \
+                else max(DECODED_SIZE_FLOOR, int(size * self.decoded_size_factor))
             read = compact.struct_reader(method.args_cls) if wire.compact \
                 else method.read_args
             args, _ = read(frame, header.end, size, budget)
@@ -573,10 +571,7 @@ class Dispatcher:
             if frame is not None and frame.info else (peer, head.name, head.seqid, principal)
         token = REQUEST.set(request)
         try:
-            size = len(data)
-            budget = DECODED_SIZE_FLOOR if size <= self._floor_frames \
-                else max(DECODED_SIZE_FLOOR, int(size * self.decoded_size_factor))
-            return self._dispatch(data, head, head.name, head.type, head.seqid, wire, budget)
+            return self._dispatch(data, head, head.name, head.type, head.seqid, wire)
         finally:
             REQUEST.reset(token)
 

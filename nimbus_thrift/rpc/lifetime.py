@@ -92,14 +92,16 @@ class Lifetime(Completion):
         """The sockets this server accepts on: TCP, and the Unix socket if any."""
         return [self._listener] + ([self._unix.sock] if self._unix is not None else [])
 
-    def _accept(self, listener: socket.socket, now: float) -> None:
+    def _accept(self, listener: socket.socket, now: float) -> bool:
+        """Accept up to _MAX_ACCEPTS_PER_PASS connections; True once nothing more can be
+        taken now (the backlog is empty, or accepting failed)."""
         state = self._state
         opts = self.options
         for _ in range(_MAX_ACCEPTS_PER_PASS):
             try:
                 sock, addr = listener.accept()
             except (BlockingIOError, InterruptedError):
-                return
+                return True
             except OSError as exc:
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     # Out of descriptors: the backlog stays readable, so pause the listener
@@ -109,9 +111,9 @@ class Lifetime(Completion):
                     self._ep.unregister(listener.fileno())
                     self._paused_listeners.append(listener)
                     self._listener_paused_until = now + _EMFILE_PAUSE
-                    return
+                    return True
                 log.warning("accept_failed", error=str(exc))
-                return
+                return True
             principal = None
             if listener.family == socket.AF_UNIX:
                 # The kernel's word for who connected: the principal, and what the
@@ -184,6 +186,7 @@ class Lifetime(Completion):
             state.connections_open += 1
             state.connections_accepted += 1
             log.debug("connection_opened", peer=peer)
+        return False      # the per-pass cap: more may be waiting
 
     def _refuse_connection(self, sock: socket.socket, host: str, peer: str, now: float,
                            limit_name: str, limit: int) -> None:
@@ -296,7 +299,8 @@ class Lifetime(Completion):
             # sent their request already: closing the listener would reset them. One
             # last accept takes them in, and the rule below sorts them like the rest.
             if not self._listener_paused_until:
-                self._accept_all(listener, now)
+                while not self._accept(listener, now):
+                    pass
             try:
                 self._ep.unregister(listener.fileno())
             except (OSError, ValueError):
@@ -314,16 +318,6 @@ class Lifetime(Completion):
                 self._close(conn)
         log.info("stopping", in_flight=in_flight, arriving=arriving,
                  grace_s=round(max(0.0, self.stop_deadline - now), 3))
-
-    def _accept_all(self, listener: socket.socket, now: float) -> None:
-        """Accept until the backlog is empty (``_accept`` takes a bounded number per
-        call), within max_connections as always."""
-        while True:
-            accepted = self._state.connections_accepted + self._state.connections_refused
-            self._accept(listener, now)
-            if self._state.connections_accepted + self._state.connections_refused \
-                    == accepted or listener.fileno() == -1:
-                return
 
     def _finish(self, ep: select.epoll) -> None:
         pool = self.pool

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +24,7 @@ from nimbus_thrift.nimbus.spark.launcher import SparkLauncher
 from nimbus_thrift.nimbus.spark.processes import session_members
 from nimbus_thrift.nimbus.spark.standby_app import STANDBY_DIR
 from support.daemon_process import DaemonProcess
+from support.polling import wait_for_value
 from support.spark import FAST_JVM
 
 #: Generous: the first micro-batch of a fresh application takes 10-60 s on 2 busy cores.
@@ -37,16 +37,8 @@ FAST_JVM_ENV = {"JAVA_TOOL_OPTIONS": FAST_JVM}
 
 def wait_until(what: str, check: Callable[[], Any], timeout: float = SPARK_TIMEOUT,
                every: float = 0.25) -> Any:
-    """Poll ``check`` until it returns something true, and return that; fail after
-    ``timeout`` saying what was awaited and what ``check`` last returned."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+    """:func:`~support.polling.wait_for_value` with Spark's generous deadline."""
+    return wait_for_value(check, what, timeout, every)
 
 
 def client_of(d: DaemonProcess) -> NimbusClient:

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator, TypeVar
 import pytest
 from support.nimbus import (N, FakeClock, FakeLauncher, common, fields, make_zip, shell,
                             shuffle, upload, wordcount)
+from support.polling import wait_for_value
 
 from nimbus_thrift import render
 from nimbus_thrift.nimbus.config import ConfigError, NimbusConfig, load_config
@@ -53,16 +54,7 @@ T = TypeVar("T")
 
 
 def wait_for(predicate: Callable[[], T], what: str, timeout: float = DEADLINE) -> T:
-    """Poll ``predicate`` until it returns something true; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        pause.wait(0.02)
+    return wait_for_value(predicate, what, timeout)
 
 
 def config(tmp_path: Path, **settings: Any) -> NimbusConfig:

@@ -9,13 +9,13 @@ import os
 import shlex
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 from support.nimbus import make_zip, wordcount
+from support.polling import wait_for_value
 
 from nimbus_thrift.nimbus.config import ConfigError, load_config
 from nimbus_thrift.nimbus.launcher import LaunchSpec
@@ -41,15 +41,7 @@ DEADLINE = 30.0
 
 
 def wait_for(predicate: Callable[[], Any], what: str, timeout: float = DEADLINE) -> Any:
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        pause.wait(0.02)
+    return wait_for_value(predicate, what, timeout)
 
 
 # --- the state table ----------------------------------------------------------------
