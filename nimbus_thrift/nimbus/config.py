@@ -231,6 +231,14 @@ class NimbusConfig:
     #: (empty: the same as ``host``).
     ui_port: int = DEFAULT_UI_PORT
     ui_host: str = ""
+    #: ``anonymous`` (plain TCP from another machine under ``insecure``, a CA-signed
+    #: certificate without a CN) may read or change nothing unless this is true.
+    allow_anonymous: bool = False
+    #: Each topology's processes run as the OS user its owner maps to (Storm's
+    #: supervisor.run.worker.as.user); needs a daemon running as root.
+    run_as_user: bool = False
+    #: Certificate principal -> OS user, for run_as_user (by default the CN itself).
+    principal_users: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -300,6 +308,8 @@ def _check(name: str, value: Any) -> None:
         raise ConfigError(f"{name} must be true or false, not {value!r}")
     if _TYPES[name] == _PRINCIPALS:
         _check_principals(name, value)
+    if _TYPES[name] == _PRINCIPAL_MAP:
+        _check_principal_map(name, value)
     if _TYPES[name] == _OPTIONAL_PATH and value is not None and not isinstance(value, Path):
         raise ConfigError(f"{name} must be a path, not {value!r}")
     if name == "unix_socket" and value is not None:
@@ -322,6 +332,18 @@ def _check_principals(name: str, value: Any) -> None:
                 or any(unicodedata.category(c).startswith("C") for c in principal):
             raise ConfigError(f"{name} must list principal names (non-empty, without "
                               f"surrounding spaces or control characters), not {principal!r}")
+
+
+def _check_principal_map(name: str, value: Any) -> None:
+    if not isinstance(value, tuple) or not all(
+            isinstance(pair, tuple) and len(pair) == 2 for pair in value):
+        raise ConfigError(f"{name} must map principals to OS user names, not {value!r}")
+    _check_principals(name, tuple(principal for principal, _ in value))
+    for principal, user in value:
+        if not isinstance(user, str) or not user or user != user.strip() or \
+                any(unicodedata.category(c).startswith("C") or c in "/:" for c in user):
+            raise ConfigError(f"{name} must map {principal!r} to an OS user name, "
+                              f"not {user!r}")
 
 
 def _check_tls(config: "NimbusConfig") -> None:
@@ -351,6 +373,7 @@ def _check_tls(config: "NimbusConfig") -> None:
 _PRINCIPALS = tuple[str, ...]
 _OPTIONAL_PATH = Path | None
 _OPTIONAL_STR = str | None
+_PRINCIPAL_MAP = tuple[tuple[str, str], ...]
 
 _FIELDS = {f.name: f for f in dataclasses.fields(NimbusConfig)}
 _TYPES: dict[str, type] = typing.get_type_hints(NimbusConfig)
@@ -361,6 +384,8 @@ def _coerce(name: str, value: Any, source: str) -> Any:
     try:
         if kind == _PRINCIPALS:
             return _principals(value)
+        if kind == _PRINCIPAL_MAP:
+            return _principal_map(value)
         if kind == _OPTIONAL_PATH:
             if value is None or value == "":
                 return None
@@ -400,7 +425,9 @@ def _coerce(name: str, value: Any, source: str) -> Any:
                     _PRINCIPALS: "a list of principal names (comma-separated in the "
                                  "environment and flags)",
                     _OPTIONAL_PATH: "a path (or empty)",
-                    _OPTIONAL_STR: "a path, or empty to turn it off"}
+                    _OPTIONAL_STR: "a path, or empty to turn it off",
+                    _PRINCIPAL_MAP: "a mapping of principal to OS user name (principal="
+                                    "user pairs, comma-separated, in the environment)"}
         raise ConfigError(f"{source}: {name} must be {expected[kind]}, not {value!r}") \
             from None
 
@@ -419,6 +446,27 @@ def _principals(value: Any) -> tuple[str, ...]:
             raise ValueError
         names.append(str(item))
     return tuple(names)
+
+
+def _principal_map(value: Any) -> tuple[tuple[str, str], ...]:
+    """A YAML mapping, or ``principal=user`` pairs comma-separated (the environment),
+    as sorted pairs (a frozen config holds no dict)."""
+    if isinstance(value, str):
+        pairs = [part.strip().split("=", 1) for part in value.split(",") if part.strip()]
+        if any(len(pair) != 2 for pair in pairs):
+            raise ValueError
+        value = {k.strip(): v.strip() for k, v in pairs}
+    if isinstance(value, tuple):
+        value = dict(value)
+    if not isinstance(value, dict):
+        raise ValueError
+    items = []
+    for principal, user in value.items():
+        if isinstance(principal, bool) or isinstance(user, bool) or \
+                not isinstance(principal, (str, int)) or not isinstance(user, (str, int)):
+            raise ValueError
+        items.append((str(principal), str(user)))
+    return tuple(sorted(items))
 
 
 def load_config(file: Path | None = None, env: Mapping[str, str] | None = None,
