@@ -49,7 +49,9 @@ from ..rpc.server import Server, make_server
 from .config import MAX_UNIX_SOCKET_PATH_BYTES, ConfigError, NimbusConfig
 from .handler import NimbusHandler
 from .launcher import Launcher
+from .authz import daemon_principal
 from .launchers import load_launcher
+from .runas import TRAVERSE_MODE, seal_process
 from .store import Store
 from .tlsconf import server_ssl_context
 from .web import HttpServer, make_web_server
@@ -228,19 +230,33 @@ class NimbusDaemon:
             ssl_context = server_ssl_context(config)
         except ConfigError as exc:
             raise DaemonError(str(exc)) from None
-        if os.geteuid() == 0:
+        # Closes /proc/<pid>/environ, memory and descriptors to the daemon's own user
+        # (its topologies too, when they run as it): only root reads them then.
+        sealed = seal_process()
+        if config.run_as_user:
+            log.info("topologies_run_as", user="their owner's OS user",
+                     process_sealed=sealed)
+        elif os.geteuid() == 0:
             # Not refused: containers often run as root. But every topology's code runs
             # with the daemon's rights.
             log.warning("running_as_root",
                         detail="topologies run as the daemon's user: submitted code runs "
-                               "as root; run the daemon as an unprivileged user")
+                               "as root; set run_as_user, or run the daemon as an "
+                               "unprivileged user")
+        else:
+            log.warning("topologies_run_as", user=daemon_principal(),
+                        detail="topologies run as the daemon's OS user and can read "
+                               "everything it can (its state, keys, other topologies); "
+                               "set run_as_user to run each as its owner's user",
+                        process_sealed=sealed)
         unix_socket = unix_socket_of(config)
         try:
             config.data_dir.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
         except OSError as exc:
             raise DaemonError(f"cannot create data directory {config.data_dir}: "
                               f"{exc.strerror or exc}") from None
-        force_mode(config.data_dir, DIR_MODE)
+        # Under run_as_user, topologies' users enter it to reach their work directory.
+        force_mode(config.data_dir, TRAVERSE_MODE if config.run_as_user else DIR_MODE)
         _hold_umask()
         self._umask_held = True
         try:

@@ -33,6 +33,7 @@ mistake, not ours.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import socket
 import threading
@@ -52,7 +53,8 @@ from ..topology.validate import (MAX_EXECUTORS_PER_TOPOLOGY, MAX_WORKERS,
                                  TOPOLOGY_DEFAULTS, InvalidTopology, TopologyPlan,
                                  check_count, check_name, check_topology, parse_conf)
 from .admission import check_admission, default_budget
-from .authz import Authorizer, Call, acl_conf_problem, daemon_principal, unclassified
+from .authz import (Authorizer, Call, Unauthorized, acl_conf_problem, daemon_principal,
+                    unclassified)
 from .background import Job, SerialQueues
 from .codecheck import parse_in_child
 from .config import NimbusConfig
@@ -64,6 +66,7 @@ from .listing import CountsCache
 from .log_calls import LogCalls
 from .locks import KeyedLocks
 from .page_calls import PageCalls
+from .runas import TRAVERSE_MODE, RunAsRefused, os_user_of, run_as_name
 from .store import Action, Store, TopologyRecord
 from .storm2_calls import StormTwoCalls
 from .timers import Timers
@@ -118,6 +121,9 @@ class NimbusHandler(LogCalls, PageCalls, StormTwoCalls, BlobCalls, TransferCalls
         self.started_at = clock()
         self.topologies_dir = config.data_dir / "topologies"
         self.topologies_dir.mkdir(parents=True, exist_ok=True)
+        if config.run_as_user:
+            # Each user enters their own work directory by its name; nobody lists.
+            os.chmod(self.topologies_dir, TRAVERSE_MODE)
         self.transfers = Transfers(
             store, config.data_dir, max_upload_bytes=config.max_upload_bytes,
             expiration_secs=config.file_copy_expiration_secs,
@@ -266,6 +272,12 @@ class NimbusHandler(LogCalls, PageCalls, StormTwoCalls, BlobCalls, TransferCalls
         # The owner is who submitted, never what the conf claims: Storm's Nimbus too
         # overwrites topology.submitter.* with the authenticated submitter.
         owner = call.principal if call.principal is not None else self.daemon_principal
+        if self.config.run_as_user:
+            try:
+                os_user_of(owner, dict(self.config.principal_users))
+            except RunAsRefused as exc:
+                raise Unauthorized(owner, call.operation, "", "topologies run as their "
+                                   f"owner's OS user (run_as_user), and {exc}") from None
         plan = self._check_code(topology, conf, upload.id)
         with ExitStack() as held:
             with self._names_lock:
@@ -619,7 +631,8 @@ class NimbusHandler(LogCalls, PageCalls, StormTwoCalls, BlobCalls, TransferCalls
             conf=rec.conf, code_path=self.transfers.code_path(rec.code_upload),
             work_dir=self._work_dir(rec.id), num_workers=rec.num_workers,
             executors=rec.executors, tasks=rec.tasks,
-            active=rec.status == Status.ACTIVE.value, plan=plan, invalid=invalid)
+            active=rec.status == Status.ACTIVE.value, plan=plan, invalid=invalid,
+            run_as=run_as_name(self.config, rec.owner))
 
     def _launcher_call(self, topology_id: str, method: Callable[P, object],
                        *args: P.args, **kwargs: P.kwargs) -> bool:

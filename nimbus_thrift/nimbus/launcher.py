@@ -46,6 +46,8 @@ class LaunchSpec:
     active: bool
     plan: TopologyPlan | None
     invalid: str = ""
+    #: The OS user its processes run as (run_as_user); empty: the daemon's.
+    run_as: str = ""
 
     def require_plan(self) -> TopologyPlan:
         """The plan, for a launcher that needs it.

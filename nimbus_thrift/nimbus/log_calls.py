@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ import structlog
 from ..runner.rundir import (ALL_COMPONENTS, LEVEL_NAMES, ROOT_LOGGER, LoggerSetting,
                              RunDir, RunSettings, Sampling)
 from .locks import KeyedLocks
+from .runas import as_owner_of
 from .queries import NimbusQueries
 from .store import TopologyRecord
 from .wire_errors import InvalidOption, storm_errors
@@ -141,11 +142,15 @@ class LogCalls(NimbusQueries):
     def _settings_of(self, rec: TopologyRecord) -> Iterator[tuple[RunDir, RunSettings]]:
         """Hold the topology's lock; yield its work directory and settings as of now
         (the directory is still there: a removal deletes it under the same lock)."""
-        with self._locks.hold(rec.id):
-            run_dir = RunDir(self.topologies_dir / rec.id)
+        run_dir = RunDir(self.topologies_dir / rec.id)
+        with ExitStack() as held:
+            held.enter_context(self._locks.hold(rec.id))
             if self.store.topology(rec.id) is None or not run_dir.root.is_dir():
                 raise self.idl.NotAliveException(
                     msg=f"topology {rec.name!r} ({rec.id}) is being removed")
+            # Read and written as the work directory's owner (runas.py): the topology
+            # may have put anything there. Nothing of the daemon's is opened in here.
+            held.enter_context(as_owner_of(run_dir.root))
             try:
                 settings = run_dir.read_settings()
             except (OSError, ValueError, TypeError) as exc:

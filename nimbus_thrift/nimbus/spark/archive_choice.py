@@ -33,10 +33,14 @@ class ArchiveChoice:
     """
 
     def __init__(self, archive: ClassArchive | None, app_home: Callable[[], Path | None],
-                 runs: Callable[[], list[Run]]):
+                 runs: Callable[[], list[Run]], *, record: bool = True):
         self.archive = archive
         self.app_home = app_home
         self.runs = runs
+        #: False under run_as_user: a launch maps an archive made already but never
+        #: lists its classes, which its JVM would write into the daemon's cache as
+        #: the topology's user (the archive is made by ``nimbus-thrift warm-up``).
+        self.record = record
 
     def options(self, run: Run | None, run_spec: RunSpec
                 ) -> tuple[list[str], Path | None, Path | None]:
@@ -49,7 +53,7 @@ class ArchiveChoice:
             return [], None, None
         others = [r for r in self.runs() if r is not run]
         listing = self.archive.dumping or any(r.class_list and r.alive() for r in others)
-        return self.archive.options(key, record=not listing)
+        return self.archive.options(key, record=self.record and not listing)
 
     def key(self, user: Mapping[str, str]) -> str | None:
         """The key of the class archive a launch with the topology's ``spark.*`` confs

@@ -61,6 +61,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import sys
 import threading
 import time
 from pathlib import Path
@@ -73,6 +74,8 @@ from ...runner.spec import RunSpec, from_plan
 from ...topology.validate import InvalidTopology
 from ..config import NimbusConfig
 from ..launcher import LauncherError, LaunchSpec, RunStatus, WorkerNode
+from ..runas import ROOT_UID, OsUser, as_owner_of, os_user_named, own_work_dir, \
+    unreachable_parts
 from .app_home import AppSparkHome
 from .archive import ClassArchive
 from .archive_choice import ArchiveChoice
@@ -83,6 +86,7 @@ from .memory import memory_request
 from .records import FINAL_STATES, Run
 from .recovery import RESTART_BACKOFF_SECS, Recovery
 from .spawn import Spawner, memory_of
+from .submit import PACKAGE_ROOT
 from .standby import REPLACE_DELAY_SECS, StandbyPool
 from .standby_app import STANDBY_DIR, StandbyApp, tidy_standbys
 from .standby_drivers import StandbyDrivers, standby_count
@@ -91,6 +95,9 @@ from .submit import extract_code
 from .termination import TERM_GRACE_SECS, terminate
 
 log = structlog.get_logger(__name__)
+
+#: Under run_as_user, the launch records (:class:`.records.Run`), in the data directory.
+RECORDS_DIR = "launches"
 
 #: How often the monitor thread looks for dead applications to relaunch.
 MONITOR_SECS = 2.0
@@ -148,6 +155,8 @@ class SparkLauncher:
         self.cache_dir = resolve_cache_dir(self.config, cache_dir)
         if self.spark_home is None:
             self.cache_dir = None
+        if self.config.run_as_user:
+            self._check_run_as()
         #: The SPARK_HOME of applications: the mirror, made at the first launch.
         self.app_home = AppSparkHome(self.spark_home, self.cache_dir)
         class_archive: ClassArchive | None = None
@@ -164,14 +173,17 @@ class SparkLauncher:
         self._monitor: threading.Thread | None = None
         self._nodes_cache: tuple[float, list[WorkerNode]] | None = None
         # The jobs beside the table of runs, each in its module (the module docstring).
-        self.archives = ArchiveChoice(class_archive, self.app_home.path, self._all_runs)
+        self.archives = ArchiveChoice(class_archive, self.app_home.path, self._all_runs,
+                                      record=not self.config.run_as_user)
         self.spawner = Spawner(self.config, self.submit, self.app_home, self.archives,
                                clock)
         self.recovery = Recovery(self.config, clock, self.spawner, self.archives,
                                  restart_backoff)
         self.standbys: StandbyPool[StandbyApp] | None = None
         self._standby_drivers: StandbyDrivers | None = None
-        if standbys:
+        # Under run_as_user no standby: a warm driver is some user's process, and
+        # one user's is never handed to another.
+        if standbys and not self.config.run_as_user:
             tidy_standbys(self.config.data_dir / STANDBY_DIR)
             wanted = standby_count(self.config)
             if wanted:
@@ -182,6 +194,37 @@ class SparkLauncher:
                 self.standbys = self._standby_drivers.pool
                 self.standbys.check()       # now: the first submit may come at once
                 self._ensure_monitor()
+
+    def _check_run_as(self) -> None:
+        """What run_as_user needs of the daemon: root (to start processes as other
+        users and act as them on their files), and every file a topology's processes
+        run reachable by other users: this Python, the package, Spark and the cache
+        (its SPARK_HOME mirror and class archive), and the topologies' directory.
+
+        Raises:
+            LauncherError: saying what is missing, and how to mend it.
+        """
+        if os.geteuid() != ROOT_UID:
+            raise LauncherError("run_as_user needs a daemon running as root (it starts "
+                                "each topology as its owner's OS user); the daemon runs "
+                                f"as uid {os.geteuid()}")
+        needed = [(Path(sys.executable), "the Python topologies run with"),
+                  (PACKAGE_ROOT / "nimbus_thrift", "the nimbus_thrift package"),
+                  (self.config.data_dir, "the data directory (topologies' work "
+                                         "directories are in it)")]
+        if self.spark_home is not None:
+            needed.append((self.spark_home, "Spark (PySpark's directory)"))
+        if self.cache_dir is not None:
+            needed.append((self.cache_dir, "spark_cache_dir (the applications' "
+                                           "SPARK_HOME and class archive)"))
+        for path, what in needed:
+            problems = unreachable_parts(path, read=path != self.config.data_dir)
+            if problems:
+                raise LauncherError(
+                    f"run_as_user: other OS users cannot reach {what} at {path}: "
+                    f"{'; '.join(problems)}. Topologies run as their owners' users and "
+                    "need it: install it (and set data_dir, spark_cache_dir) where every "
+                    "user may enter and read, e.g. /opt and /var/lib/nimbus-thrift")
 
     @property
     def class_archive(self) -> ClassArchive | None:
@@ -206,7 +249,7 @@ class SparkLauncher:
         run = self._run_at(spec.topology_id, spec.work_dir)
         with run.lock:
             if run.alive():
-                run.dir.set_control("active" if spec.active else "paused")
+                run.set_control("active" if spec.active else "paused")
                 log.info("spark_app_adopted", topology=spec.topology_id, pid=run.pid)
                 self._ensure_monitor()
                 return
@@ -239,7 +282,7 @@ class SparkLauncher:
             run.stopped = True
             run.next_restart_at = None
             if run.dir.root.is_dir():
-                run.dir.set_control("stop")
+                run.set_control("stop")
             terminate(run, grace, self.term_grace, self.recovery.note_death)
             run.save()
         log.info("spark_app_stopped", topology=topology_id, pid=run.pid)
@@ -274,7 +317,7 @@ class SparkLauncher:
             run.pending_relaunch = True
             run.next_restart_at = None
             run.save()
-            run.dir.set_control("stop")
+            run.set_control("stop")
             terminate(run, self.config.stop_grace_secs, self.term_grace,
                       self.recovery.note_death)
             run.restarts = 0
@@ -417,13 +460,24 @@ class SparkLauncher:
                 return run
             root = work_dir if work_dir is not None else \
                 self.config.data_dir / "topologies" / topology_id
-            if work_dir is None and not (root / "launch.json").exists():
+            record = self._record_file(topology_id)
+            if work_dir is None and not (record or root / "launch.json").exists():
                 return None
-            run = Run.read(topology_id, root)
+            if work_dir is None and record is not None and not root.is_dir():
+                record.unlink(missing_ok=True)      # its topology is gone
+                return None
+            run = Run.read(topology_id, root, record)
             if work_dir is not None or not run.stopped:
                 # A stopped one is only being looked at (its directory is removed next).
                 self._runs[topology_id] = run
             return run
+
+    def _record_file(self, topology_id: str) -> Path | None:
+        """Where a topology's launch record is kept: under run_as_user, in the
+        daemon's own ``launches/`` (:attr:`.records.Run.record_file` says why)."""
+        if not self.config.run_as_user:
+            return None
+        return self.config.data_dir / RECORDS_DIR / f"{topology_id}.json"
 
     def _all_runs(self) -> list[Run]:
         """The runs now (the helpers' view of the table)."""
@@ -436,15 +490,24 @@ class SparkLauncher:
             run_spec = from_plan(spec.topology_id, spec.name, spec.require_plan(),
                                  spec.executors)
             rd = run.dir
-            rd.root.mkdir(parents=True, exist_ok=True)
-            run_spec.write(rd.spec)
-            zip_copy = rd.root / "code.zip"
-            if not rd.code.is_dir() or not zip_copy.is_file():
-                extract_code(spec.code_path, rd.code)
-                tmp = zip_copy.with_name(".code.zip.tmp")
-                shutil.copyfile(spec.code_path, tmp)
-                os.replace(tmp, zip_copy)
-            rd.set_control("active" if spec.active else "paused")
+            user = self._os_user(spec)
+            if user is not None:
+                own_work_dir(rd.root, user)
+            else:
+                rd.root.mkdir(parents=True, exist_ok=True)
+            # The code is read as the daemon (its copy is the daemon's alone) and
+            # written as the work directory's owner.
+            with open(spec.code_path, "rb") as code, as_owner_of(rd.root):
+                run_spec.write(rd.spec)
+                zip_copy = rd.root / "code.zip"
+                if not rd.code.is_dir() or not zip_copy.is_file():
+                    extract_code(code, rd.code)
+                    code.seek(0)
+                    tmp = zip_copy.with_name(".code.zip.tmp")
+                    with open(tmp, "wb") as out:
+                        shutil.copyfileobj(code, out)
+                    os.replace(tmp, zip_copy)
+                rd.set_control("active" if spec.active else "paused")
         except (InvalidTopology, OSError, ValueError) as exc:
             run.launch_error = f"{type(exc).__name__}: {exc}"
             raise LauncherError(f"cannot prepare {run.dir.root}: {exc}") from None
@@ -461,9 +524,29 @@ class SparkLauncher:
             drivers.make_room()
         self.spawner.spawn(run, run_spec, reason)
 
+    def _os_user(self, spec: LaunchSpec) -> OsUser | None:
+        """The OS user ``spec``'s topology runs as: None (the daemon's) unless
+        run_as_user, when it is the account the handler named (checked again: it may
+        have been removed, or the daemon started as another user, since the submit).
+
+        Raises:
+            LauncherError: run_as_user, and no account to run as.
+        """
+        if not self.config.run_as_user:
+            return None
+        user = os_user_named(spec.run_as) if spec.run_as else None
+        if user is None or user.uid in (ROOT_UID, os.geteuid()):
+            raise LauncherError(f"cannot run topology {spec.topology_id} as OS user "
+                                f"{spec.run_as!r}: "
+                                + ("no such account on this machine" if spec.run_as
+                                   and user is None else "run_as_user never runs "
+                                   "topologies as root, the daemon's user or nobody "
+                                   "named"))
+        return user
+
     def _control(self, topology_id: str, state: str) -> Run:
         run = self._known(topology_id)
         if run is None:
             raise LauncherError(f"topology {topology_id} was never launched here")
-        run.dir.set_control(state)
+        run.set_control(state)
         return run

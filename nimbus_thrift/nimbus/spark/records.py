@@ -18,6 +18,7 @@ import structlog
 
 from ...runner.rundir import RunDir, RunState, write_atomic
 from ..config import NimbusConfig
+from ..runas import as_owner_of
 from .processes import proc_info
 
 log = structlog.get_logger(__name__)
@@ -63,6 +64,15 @@ class Run:
     memory: int = 0                    # bytes of this machine it takes (spark/memory.py)
     status_key: tuple[int, int, int] | None = None
     status_cache: RunState | None = None
+    #: Where this record is kept: None, in the work directory (``launch.json``); under
+    #: run_as_user, a file of the daemon's outside it (the topology's user owns the
+    #: work directory, and a pid or directory it could rewrite would be the daemon's
+    #: to signal or remove).
+    record_file: Path | None = None
+
+    @property
+    def record_path(self) -> Path:
+        return self.record_file if self.record_file is not None else self.dir.launch
 
     def record(self) -> dict[str, Any]:
         return {"pid": self.pid, "pgid": self.pid, "sid": self.pid,
@@ -103,11 +113,12 @@ class Run:
 
 
     @classmethod
-    def read(cls, topology_id: str, root: Path) -> "Run":
-        """The record in ``root/launch.json`` (an empty one if there is none)."""
-        run = cls(topology_id, RunDir(root))
+    def read(cls, topology_id: str, root: Path, record_file: Path | None = None) -> "Run":
+        """The record in ``record_file``, by default ``root/launch.json`` (an empty one
+        if there is none)."""
+        run = cls(topology_id, RunDir(root), record_file=record_file)
         try:
-            run.load(json.loads(run.dir.launch.read_text()))
+            run.load(json.loads(run.record_path.read_text()))
         except FileNotFoundError:
             pass
         except (OSError, ValueError, TypeError) as exc:
@@ -115,9 +126,14 @@ class Run:
                         error=str(exc))
         return run
 
+    def set_control(self, state: str) -> None:
+        """Write ``control`` as the work directory's owner (:mod:`..runas`)."""
+        with as_owner_of(self.dir.root):
+            self.dir.set_control(state)
+
     def save(self) -> None:
         if self.dir.root.is_dir():
-            write_atomic(self.dir.launch, json.dumps(self.record(), indent=1))
+            write_atomic(self.record_path, json.dumps(self.record(), indent=1))
 
     def alive(self) -> bool:
         """True while the JVM (the recorded pid with the recorded start time) lives."""

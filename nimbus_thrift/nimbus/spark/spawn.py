@@ -20,6 +20,7 @@ import structlog
 from ...runner.spec import RunSpec
 from ..config import NimbusConfig
 from ..launcher import LauncherError
+from ..runas import as_owner_of, os_user_owning, process_options
 from .app_home import AppSparkHome
 from .archive_choice import ArchiveChoice
 from .memory import memory_request
@@ -116,14 +117,24 @@ class Spawner:
         archive_options, archive, class_list = self.archives.options(run, run_spec)
         command = self.command(run_spec, rd.root, ui_port, run.num_workers,
                                archive=archive_options)
-        rd.logs.mkdir(parents=True, exist_ok=True)
-        # A new status.json comes from the new driver; an old one would be read as its.
         try:
-            rd.status.unlink()
-        except FileNotFoundError:
-            pass
-        out = log_file(rd.logs / "stdout")
-        err = log_file(rd.logs / "stderr")
+            user = os_user_owning(rd.root)
+        except OSError as exc:
+            run.launch_error = f"cannot start in {rd.root.name}: {exc}"
+            raise LauncherError(run.launch_error) from None
+        env, as_user = process_options(user, self.environment(rd.root))
+        # In the work directory as its owner (runas.py): what the topology planted
+        # there is followed, if at all, with its own rights.
+        with as_owner_of(rd.root):
+            rd.logs.mkdir(parents=True, exist_ok=True)
+            # A new status.json comes from the new driver; an old one would be read as
+            # its.
+            try:
+                rd.status.unlink()
+            except FileNotFoundError:
+                pass
+            out = log_file(rd.logs / "stdout")
+            err = log_file(rd.logs / "stderr")
         try:
             now = self.clock()
             banner = (f"{BANNER}{reason} at "
@@ -132,9 +143,9 @@ class Spawner:
             err.write(banner)
             err.flush()
             popen = subprocess.Popen(
-                command, env=self.environment(rd.root), cwd=rd.root,
+                command, env=env, cwd=rd.root,
                 stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
-                close_fds=True)
+                close_fds=True, **as_user)  # type: ignore[call-overload]
         except OSError as exc:
             run.launch_error = f"cannot run {command[0]}: {exc.strerror or exc}"
             raise LauncherError(run.launch_error) from None

@@ -60,8 +60,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def extract_code(zip_path: Path, dest: Path) -> None:
-    """Extract ``zip_path`` into ``dest`` (replaced whole), refusing escaping members.
+def extract_code(zip_file: Path | IO[bytes], dest: Path) -> None:
+    """Extract ``zip_file`` (a path, or the zip opened by the daemon while it writes
+    as the work directory's owner) into ``dest`` (replaced whole), refusing escaping
+    members.
 
     The zip was checked at submit; this checks again, since it is cheap and the work
     directory is where a mistake would write.
@@ -69,12 +71,13 @@ def extract_code(zip_path: Path, dest: Path) -> None:
     Raises:
         LauncherError: an unreadable zip or a member that would land outside ``dest``.
     """
+    zip_path = zip_file if isinstance(zip_file, Path) else Path(str(zip_file.name))
     tmp = dest.with_name(f".{dest.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     root = tmp.resolve()
     try:
-        with zipfile.ZipFile(zip_path) as zf:
+        with zipfile.ZipFile(zip_file) as zf:
             for info in zf.infolist():
                 name = info.filename
                 parts = PurePosixPath(name).parts
