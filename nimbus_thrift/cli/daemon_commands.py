@@ -39,6 +39,12 @@ from .stop_signals import on_stop_signals, wait
                    "signed by one; its common name is the caller's principal.")
 @click.option("--insecure", is_flag=True, default=None,
               help="Allow listening on a non-loopback address without mutual TLS.")
+@click.option("--run-as-user", is_flag=True, default=None,
+              help="Run each topology as its owner's OS user (needs root; see "
+                   "docs/team.md).  [default: the daemon's user]")
+@click.option("--allow-anonymous", is_flag=True, default=None,
+              help="Let 'anonymous' (no identity: remote plain TCP, a certificate "
+                   "without a CN) use the service.")
 @click.option("--ui-port", type=click.IntRange(-1, 65535),
               help="Port of the web UI, Storm's REST API and /metrics; 0 turns them off, "
                    "-1 takes any free port.  [default: 8080, as Storm's ui.port]")
