@@ -277,9 +277,11 @@ class NimbusDaemon:
             self._force_database_modes(database)     # and what opening created
             self.handler = NimbusHandler(nimbus_idl(), config, self.store, launcher,
                                          clock=self._clock)
-            for directory in (self.handler.transfers.inbox, self.handler.topologies_dir,
-                              self.handler.blobs.dir):
+            for directory in (self.handler.transfers.inbox, self.handler.blobs.dir):
                 force_mode(directory, DIR_MODE)
+            # Under run_as_user, each user enters their own work directory in it.
+            force_mode(self.handler.topologies_dir,
+                       TRAVERSE_MODE if config.run_as_user else DIR_MODE)
             self.handler.recover()
             transport: dict[str, Any] = {}
             if unix_socket is not None:
