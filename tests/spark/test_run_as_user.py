@@ -1,0 +1,205 @@
+"""run_as_user on real Spark with real OS users: two principals' topologies, each
+running as its own account, each counting right and refused everything of the daemon
+and of the other (read, write, signal), and the daemon acting as a topology's user
+on what that topology planted in its own work directory.
+
+Needs root (``useradd``, and a daemon that starts processes as other users): skipped
+otherwise, with the reason. CI runs as root. The accounts are made for this module and
+removed after it. The Python the topologies run may live under a home directory others
+cannot enter (pyenv's, under /root here): the module lets others *enter* (o+x, not
+list) the directories on its way for as long as it runs, as an administrator would
+install it for run_as_user, and puts their modes back after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import sqlite3
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from nimbus_thrift.client.client import NimbusClient
+from nimbus_thrift.nimbus.spark.submit import PACKAGE_ROOT
+from support.certs import make_pki
+from support.spark_daemon import SPARK_TIMEOUT, in_process_daemon, wait_until
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parents[2]
+WALLS = ROOT / "tests" / "topologies_submit" / "walls" / "walls.py"
+#: The accounts this module makes (names no real account has) and the principals
+#: (certificate CNs) that map to them.
+ACCOUNTS = {"alice": "ntwalls-alice", "bob": "ntwalls-bob"}
+TOTAL = 200          # sentences per topology: "the" is counted 300 times
+
+
+@pytest.fixture(scope="module")
+def accounts() -> Iterator[dict[str, pwd.struct_passwd]]:
+    if os.geteuid() != 0:
+        pytest.skip("run_as_user needs root: useradd, and a daemon that starts "
+                    "processes as other users (CI runs as root)")
+    if shutil.which("useradd") is None:
+        pytest.skip("no useradd on this machine")
+    made = []
+    try:
+        for name in ACCOUNTS.values():
+            try:
+                pwd.getpwnam(name)
+            except KeyError:
+                subprocess.run(["useradd", "--user-group", "--create-home",
+                                "--shell", "/usr/sbin/nologin", name], check=True)
+                made.append(name)
+        yield {principal: pwd.getpwnam(name) for principal, name in ACCOUNTS.items()}
+    finally:
+        for name in made:
+            subprocess.run(["userdel", "--remove", name], check=False,
+                           stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def reachable_install() -> Iterator[None]:
+    """Others may enter the directories on the way to this Python and the package."""
+    changed: dict[Path, int] = {}
+    for target in (Path(sys.executable).resolve(), PACKAGE_ROOT.resolve()):
+        for parent in target.parents:
+            mode = os.stat(parent).st_mode
+            if not mode & stat.S_IXOTH and parent not in changed:
+                changed[parent] = stat.S_IMODE(mode)
+                os.chmod(parent, stat.S_IMODE(mode) | stat.S_IXOTH)
+    try:
+        yield
+    finally:
+        for path, mode in changed.items():
+            os.chmod(path, mode)
+
+
+@pytest.fixture
+def shared_root() -> Iterator[Path]:
+    """A directory other users may enter (tmp_path's ancestors are 0700)."""
+    root = Path(tempfile.mkdtemp(prefix="nimbus-walls-", dir="/tmp"))
+    os.chmod(root, 0o711)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _client(port: int, pki: Any, who: str) -> NimbusClient:
+    cert = pki.clients[who]
+    return NimbusClient("127.0.0.1", port, timeout=60, connect_timeout=5,
+                        cert_file=cert.cert, key_file=cert.key, ca_file=pki.ca.cert)
+
+
+def _counts(work_dir: Path) -> dict[str, int]:
+    db = work_dir / "counts.sqlite"
+    if not db.exists():
+        return {}
+    conn = sqlite3.connect(db, timeout=30)
+    try:
+        return dict(conn.execute("SELECT word, count FROM counts"))
+    except sqlite3.OperationalError:
+        return {}
+    finally:
+        conn.close()
+
+
+def _probes(work_dir: Path) -> dict[str, str] | None:
+    found = sorted(work_dir.glob("probes-*.json"))
+    return json.loads(found[0].read_text()) if found else None
+
+
+def _driver_pid(data_dir: Path, topology_id: str) -> int:
+    record = json.loads((data_dir / "launches" / f"{topology_id}.json").read_text())
+    return int(record["pid"])
+
+
+def test_two_users_topologies_run_as_their_users_behind_walls(
+        accounts: dict[str, pwd.struct_passwd], reachable_install: None,
+        shared_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pki = make_pki(tmp_path / "pki", clients=("alice", "bob"))
+    data_dir = shared_root / "data"
+    canary = shared_root / "canary"
+    canary.write_text("the daemon's\n")
+    os.chmod(canary, 0o644)
+    flags = {"data_dir": str(data_dir), "run_as_user": True, "principal_users": ACCOUNTS,
+             "users": ["alice", "bob"], "tls_cert_file": str(pki.server.cert),
+             "tls_key_file": str(pki.server.key), "tls_client_ca_file": str(pki.ca.cert)}
+    with in_process_daemon(tmp_path, monkeypatch, **flags) as (daemon, (_, port), _l):
+        topologies = data_dir / "topologies"
+        with _client(port, pki, "bob") as bob:
+            bob_id = bob.submit_topology(WALLS, name="bobs", conf={"walls.total": TOTAL},
+                                         wait=True, timeout=SPARK_TIMEOUT)
+        bob_dir = topologies / bob_id
+        bob_pid = wait_until("bob's driver", lambda: _driver_pid(data_dir, bob_id))
+        targets = {
+            "state": str(data_dir / "nimbus.sqlite3"),
+            "data_dir": str(data_dir),
+            "topologies": str(topologies),
+            "tls_key": str(pki.server.key),
+            "bob_work_dir": str(bob_dir),
+            "bob_code": str(bob_dir / "code.zip"),
+            "bob_spec": str(bob_dir / "spec.json"),
+            "bob_control": str(bob_dir / "control"),
+            "bob_checkpoint": str(bob_dir / "checkpoint"),
+            "daemon_environ": f"/proc/{os.getpid()}/environ",
+            "package": str(PACKAGE_ROOT / "nimbus_thrift" / "nimbus" / "web" / "assets"
+                           / "app.js"),
+        }
+        with _client(port, pki, "alice") as alice:
+            alice_id = alice.submit_topology(
+                WALLS, name="alices", conf={"walls.total": TOTAL, "walls.targets": targets,
+                                            "walls.pids": {"daemon": os.getpid(),
+                                                           "bob_driver": bob_pid}},
+                wait=True, timeout=SPARK_TIMEOUT)
+            alice_dir = topologies / alice_id
+
+            # Each counted every sentence, as its own user.
+            expected = {"the": 300, "cow": 100, "apple": 100}
+            for work_dir in (bob_dir, alice_dir):
+                got = wait_until(f"the counts of {work_dir.name}",
+                                 lambda: (c := _counts(work_dir)).get("the") == 300 and c)
+                assert {w: got[w] for w in expected} == expected
+            for who, work_dir, topology_id in (("alice", alice_dir, alice_id),
+                                               ("bob", bob_dir, bob_id)):
+                uid = accounts[who].pw_uid
+                st = os.stat(work_dir)
+                assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (uid, 0o700)
+                assert os.stat(f"/proc/{_driver_pid(data_dir, topology_id)}").st_uid == uid
+                assert (data_dir / "launches" / f"{topology_id}.json").stat().st_uid == 0
+
+            # Everything of the daemon and of bob was out of alice's reach.
+            probes = wait_until("alice's probes", lambda: _probes(alice_dir))
+            assert probes["whoami"] == str(accounts["alice"].pw_uid)
+            reached = {k: v for k, v in probes.items()
+                       if k != "whoami" and v == "ok"}
+            assert reached == {}, reached
+            assert not (bob_dir / "walls-was-here").exists()
+            assert stat.S_IMODE(os.stat(data_dir).st_mode) == 0o711
+
+            # What alice plants in her own directory is followed, if at all, as alice:
+            # her stdout made a link to a file of root's, then a relaunch (rebalance)
+            # opens it to append.
+            stdout = alice_dir / "logs" / "stdout"
+            stdout.unlink()
+            os.symlink(canary, stdout)
+            os.chown(stdout, accounts["alice"].pw_uid, accounts["alice"].pw_gid,
+                     follow_symlinks=False)
+            alice.rebalance("alices", alice.idl.RebalanceOptions(wait_secs=0))
+            status = wait_until("the relaunch to be refused", lambda: (
+                s := alice.getTopologyInfo(alice_id).sched_status).startswith("failed")
+                and s)
+            assert "Permission denied" in status, status
+        assert canary.read_text() == "the daemon's\n"
+
+        # Bob, still running, was not disturbed by any of it.
+        with _client(port, pki, "bob") as bob:
+            assert bob.getTopologyInfo(bob_id).sched_status.startswith("running:")
