@@ -23,19 +23,20 @@ The detail always starts with the state word and a colon: ``submit --wait`` read
 from __future__ import annotations
 
 import math
-import os
 import re
 from pathlib import Path
 from typing import Callable
 
-from ...runner.rundir import STANDBY_WARMING, RunState
+from ...runner.rundir import (STANDBY_WARMING, RunState, read_untrusted_tail,
+                              report_malformed)
 from ..config import NimbusConfig
 from ..launcher import ComponentStats, RunStatus
 from .processes import exit_text
 from .records import Run
 from .submit import LOCAL_HOST
 
-#: stderr is searched for its last meaningful line in this many bytes of its end.
+#: stderr is searched for its last meaningful line in this many bytes of its end (the
+#: topology writes it: only its end is read, however long it grew).
 STDERR_TAIL_BYTES = 64 << 10
 #: Starts the line the launcher writes to stderr before each launch.
 BANNER = "--- nimbus-thrift "
@@ -50,10 +51,11 @@ _LOG_NOISE = re.compile(r"^\d\d[/-]\d\d[/-]\d\d.* (?:INFO|DEBUG|TRACE) |"
                         r"^\s*at |^\s*\.\.\. \d+ more|^WARNING: ")
 
 
-def last_stderr_line(path: Path) -> str:
+def last_stderr_line(path: Path, below: Path | None = None) -> str:
     """The last line of ``path`` worth showing: an exception line if there is one near
-    the end, else the last line that is not INFO logging or a stack frame."""
-    lines = [line.rstrip() for line in launch_stderr(path) if line.strip()]
+    the end, else the last line that is not INFO logging or a stack frame. ``below``:
+    as :func:`launch_stderr`'s."""
+    lines = [line.rstrip() for line in launch_stderr(path, below) if line.strip()]
     for line in reversed(lines[-200:]):
         if _EXCEPTION_LINE.match(line.strip()):
             return shorten(line.strip())
@@ -63,17 +65,21 @@ def last_stderr_line(path: Path) -> str:
     return ""
 
 
-def launch_stderr(path: Path) -> list[str]:
+def launch_stderr(path: Path, below: Path | None = None) -> list[str]:
     """The lines of ``path`` (a topology's stderr) the last launch wrote, as far as
-    they are in its last :data:`STDERR_TAIL_BYTES`."""
+    they are in its last :data:`STDERR_TAIL_BYTES`. Read as untrusted input
+    (:func:`~nimbus_thrift.runner.rundir.read_untrusted_tail`): a symbolic link, a FIFO
+    or a device there is no stderr (logged, rate-limited); with ``below`` (the work
+    directory) neither is a link on the way (``logs`` replaced by a link to ``/etc``).
+    """
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - STDERR_TAIL_BYTES))
-            lines = f.read().decode("utf-8", "replace").splitlines()
-    except OSError:
+        data = read_untrusted_tail(path, STDERR_TAIL_BYTES, below=below)
+    except FileNotFoundError:
         return []
+    except (OSError, ValueError) as exc:
+        report_malformed(path, exc)
+        return []
+    lines = data.decode("utf-8", "replace").splitlines()
     for index in range(len(lines) - 1, -1, -1):
         if lines[index].startswith(BANNER):
             return lines[index + 1:]               # this launch's output only
@@ -206,7 +212,7 @@ def failure_text(run: Run, last: RunState | None) -> str:
         # The frames in the user's code (runner/figures.py) stay on the lines below.
         first, _, frames = error_text(last).partition("\n")
         return f"{first} ({where})" + (f"\n{frames}" if frames else "")
-    line = last_stderr_line(stderr)
+    line = last_stderr_line(stderr, run.dir.root)
     said = f" ({last.state})" if last is not None else ""
     what = f": {line}" if line else ""
     return f"the Spark application exited without a final status{said}{what} ({where})"
