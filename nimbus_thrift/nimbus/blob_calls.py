@@ -9,8 +9,21 @@ as Storm's ``BlobStoreAclHandler`` checks it: READ to download or read the repli
 WRITE to update, delete or change the replication, ADMIN to change the ACL, any right
 to read the metadata; admins (and the daemon itself) pass every ACL. A session belongs
 to the principal that began it. A topology's ``topology.blobstore.map`` is checked at
-submit (:meth:`BlobCalls._check_topology_blobs`) and its blobs are copied into its
-work directory before it launches (:meth:`BlobCalls._materialise_blobs`).
+submit (:meth:`BlobCalls._check_topology_blobs`).
+
+Placement (:mod:`.blobplace`) copies a topology's blobs into its work directory, each
+only while the topology's owner may READ it (:meth:`BlobCalls._owner_may_read`, on the
+blob's row of that moment), from the map of the stored conf. It happens:
+
+- before each launch: at submit and at every start of the daemon
+  (:meth:`BlobCalls._materialise_blobs`, called by the handler);
+- after a new version of a key (finishBlobUpload) and after a change of its ACL
+  (setBlobMeta), in every topology whose stored map names the key
+  (:meth:`BlobCalls._place_key`): a READ revoked reaches a running topology at once.
+
+A blob refused or gone is removed from the work directory and is an error on the
+topology naming the blob (getTopologyInfo's errors, the web page), logged; the other
+blobs and topologies are placed as usual.
 
 Errors: the IDL's KeyNotFoundException, KeyAlreadyExistsException,
 IllegalStateException and AuthorizationException where the method declares them;
@@ -33,6 +46,7 @@ from .blobacl import (ADMIN, ALL, READ, WRITE, Ace, AclType, BadAcl, BlobError, 
                       normalize_acl, rights_text)
 from .blobplace import parse_blob_map, topologies_using
 from .blobstore import BlobStore
+from .locks import KeyedLocks
 from .queries import NimbusQueries
 from .store import Blob
 from .wire_errors import client_errors as _client_errors
@@ -68,6 +82,8 @@ class BlobCalls(NimbusQueries):
     """The blob store IDL methods (state from the handler's ``__init__``)."""
 
     blobs: BlobStore
+    daemon_principal: str
+    _locks: KeyedLocks
 
     def _declared(self, method: str, name: str, exc: BlobError) -> Exception:
         """The IDL exception ``name`` carrying ``exc``'s message if ``method`` declares
@@ -180,6 +196,8 @@ class BlobCalls(NimbusQueries):
             self._own_upload(call, session)
             blob = self.blobs.finish(session)
             call.subject["version"] = blob.version
+        # Every topology mapping the key sees the new version before this returns.
+        self._place_key(blob.key)
 
     @_client_errors
     @_blob_errors
@@ -205,6 +223,8 @@ class BlobCalls(NimbusQueries):
             self._checked(call, key, ADMIN)
             acl = normalize_acl(self._acl_of(meta), call.principal, ADMIN)
             self.blobs.set_acl(key, acl)
+        # After the commit: a READ revoked is checked now, in every topology mapping it.
+        self._place_key(key)
 
     @_client_errors
     @_blob_errors
@@ -315,18 +335,54 @@ class BlobCalls(NimbusQueries):
                                "topology.blobstore.map names it, and its ACL does not "
                                "give the submitter READ")
 
+    def _owner_may_read(self, owner: str, blob: Blob) -> bool:
+        """Whether a topology of ``owner`` may have ``blob`` placed: READ in the blob's
+        ACL as stored now, as at submit; admins pass every ACL, and so does the daemon's
+        own user (what the daemon submits outside a request is its; it reads every
+        blob's file on disk anyway)."""
+        return (owner == self.daemon_principal or self.authz.is_admin(owner)
+                or bool(allowed(acl_from_json(blob.acl), owner) & READ))
+
     def _materialise_blobs(self, topology_id: str, conf: Mapping[str, Any]) -> None:
-        """Copy the blobs of ``conf``'s ``topology.blobstore.map`` into the topology's
-        work directory (before its launch: at submit and at every start of the daemon).
-        A blob that cannot be placed is an error on the topology, not a failure."""
+        """Place the blobs of ``conf``'s ``topology.blobstore.map`` in the topology's
+        work directory before its launch (at submit and at every start of the daemon).
+        ``conf`` is the stored conf (the handler's record), the owner the stored row's:
+        nothing is read from the work directory. A blob that cannot be placed, or that
+        the owner may no longer read, is an error on the topology, not a failure."""
+        rec = self.store.topology(topology_id)
+        if rec is None:                     # removed meanwhile: nothing to place
+            return
         try:
             mappings = parse_blob_map(conf)
         except ValueError as exc:          # stored before submits checked the map
-            mappings = []
             problems = [str(exc)]
         else:
-            problems = self.blobs.work_dirs.materialise(self.topologies_dir / topology_id,
-                                                        mappings)
+            problems = self.blobs.work_dirs.place(self.topologies_dir / topology_id,
+                                                  mappings, rec.owner,
+                                                  self._owner_may_read)
+        self._blob_problems(topology_id, problems)
+
+    def _place_key(self, key: str) -> None:
+        """Place the current version of ``key`` (after a new version or an ACL change)
+        in every topology whose stored map names it, checking each owner's READ now,
+        each under its topology's lock (a removal deleting the directory waits)."""
+        for rec in self.store.topologies():
+            try:
+                mapping = next((m for m in parse_blob_map(rec.conf) if m.key == key), None)
+            except ValueError:
+                continue                    # said at its launch
+            if mapping is None:
+                continue
+            work_dir = self.topologies_dir / rec.id
+            with self._locks.hold(rec.id):
+                if self.store.topology(rec.id) is None or not work_dir.is_dir():
+                    continue
+                problems = self.blobs.work_dirs.place(work_dir, [mapping], rec.owner,
+                                                      self._owner_may_read)
+            self._blob_problems(rec.id, problems)
+
+    def _blob_problems(self, topology_id: str, problems: list[str]) -> None:
+        """Log each problem of a placement and record it as an error of the topology."""
         for problem in problems:
             log.warning("topology_blob_missing", topology=topology_id, problem=problem)
             if self.store.topology(topology_id) is not None:

@@ -3,16 +3,28 @@ makes.
 
 A topology's ``topology.blobstore.map`` (key -> ``{"localname": name, "uncompress":
 bool}``) makes its blobs files in ``<work dir>/blobs/<localname>``
-(:func:`parse_blob_map`, :meth:`WorkDirBlobs.materialise`); a new version replaces them
-atomically in every work directory that maps the key (:meth:`WorkDirBlobs.refresh`),
-so user code that opens the file again sees it (:mod:`nimbus_thrift.topology.blobs`).
+(:func:`parse_blob_map`, :meth:`WorkDirBlobs.place`); a new version replaces them
+atomically, so user code that opens the file again sees it
+(:mod:`nimbus_thrift.topology.blobs`).
+
+Every placement decides from the daemon's own records, never from the work
+directory, which the topology can write (under ``run_as_user`` it is its user's): the
+caller passes the map of the topology's stored conf and its owner, and each blob is
+placed only if ``may_read(owner, blob)`` says so on the blob's row as read at that
+moment (its ACL, from the database). When it does not, or the key is gone, what was
+placed under that local name is removed and the placement reports a problem naming the
+blob. Placement happens at each launch, at each start of the daemon, after each new
+version of a key and after each change of its ACL (:mod:`.blob_calls`).
 
 A work directory's blobs::
 
-    <work dir>/blobs/.blobstore-map.json   the map as materialised (read by refresh)
     <work dir>/blobs/<localname>           a copy of the current version, or (uncompress)
                                            a symlink to .<localname>.v<version>.<random>/
     <work dir>/blobs/.<name>.<random>.tmp  a copy being made (renamed into place)
+
+Files are written as the work directory's owner (:func:`.runas.as_owner_of`): what the
+topology planted there (a ``blobs`` that is a link to ``/etc``) is followed, if at all,
+with its own rights. The blob's own file is opened first, as the daemon.
 
 An archive is unpacked only as regular files and directories, with no member outside
 its directory, and bounded in entries and bytes before anything is written
@@ -22,8 +34,8 @@ its directory, and bounded in entries and bytes before anything is written
 from __future__ import annotations
 
 import functools
-import json
 import os
+import re
 import shutil
 import tarfile
 import threading
@@ -32,12 +44,13 @@ import zipfile
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, Callable, Iterable, Mapping
+from typing import IO, Any, BinaryIO, Callable, Iterable, Mapping
 
 import structlog
 
 from ..topology.blobs import BLOBS_DIR, BLOBSTORE_MAP
 from .blobacl import BlobError, check_key
+from .runas import as_owner_of
 from .store import Blob
 
 log = structlog.get_logger(__name__)
@@ -49,19 +62,19 @@ MAX_ARCHIVE_ENTRIES = 100_000
 MAX_EXPANSION = 20
 #: ... and at least this many, whatever the blob's size (a small archive of text).
 MIN_EXPANDED_BYTES = 1 << 20
-#: Bytes of a work directory's blob map file read back: a topology conf is at most a
-#: frame (1 MiB by default); more is damage.
-MAX_MAP_FILE_BYTES = 4 << 20
 
 # The conf key and the directory are the DSL's (what user code reads): one home.
 WORK_DIR_BLOBS = BLOBS_DIR
-#: The blob map of a work directory as materialised (read by
-#: :meth:`WorkDirBlobs.refresh`).
-MAP_FILE = ".blobstore-map.json"
+#: The blob map an older daemon kept in each work directory and read back (the
+#: topology could rewrite it): removed at the next placement, never read.
+OLD_MAP_FILE = ".blobstore-map.json"
 
 #: What :class:`WorkDirBlobs` reads a blob through: the current version of a key and its
 #: file, kept on disk until the block ends; None if there is no such key.
 OpenVersion = Callable[[str], AbstractContextManager["tuple[Blob, Path] | None"]]
+#: Whether a topology's owner (a principal) may read a blob (its row as of now): the
+#: daemon's rule, given by the caller (:mod:`.blob_calls`).
+MayRead = Callable[[str, Blob], bool]
 
 
 @dataclass(frozen=True)
@@ -132,75 +145,90 @@ def topologies_using(key: str, confs: Iterable[tuple[str, Mapping[str, Any]]]) -
 
 class WorkDirBlobs:
     """Copies blobs into the work directories under ``topologies_dir``, reading each
-    version through ``open_version`` (the blob store's). Thread-safe."""
+    version through ``open_version`` (the blob store's). Thread-safe: one placement at
+    a time, so a check of READ and the copy it allows are never split by another
+    placement (an ACL change places again after it commits, and so comes after)."""
 
     def __init__(self, topologies_dir: Path, open_version: OpenVersion):
         self.topologies_dir = topologies_dir
         self._open_version = open_version
         self._lock = threading.Lock()       # writes into work directories
 
-    def materialise(self, work_dir: Path, mappings: list[BlobMapping]) -> list[str]:
-        """Make each mapped blob a file (or, uncompressed, a directory) in
-        ``<work_dir>/blobs/<localname>``, replacing what is there atomically, and record
-        the map there for :meth:`refresh`. Returns the problems (a key missing, an
-        archive that cannot be unpacked), one sentence each; the others are done.
+    def place(self, work_dir: Path, mappings: Iterable[BlobMapping], owner: str,
+              may_read: MayRead) -> list[str]:
+        """Make each mapped blob that ``owner`` may read (``may_read``, on the blob's
+        row as of now) a file (or, uncompressed, a directory) in
+        ``<work_dir>/blobs/<localname>``, replacing what is there atomically; remove
+        what is there for a blob ``owner`` may not read or that does not exist.
+        ``mappings`` come from the topology's stored conf (:func:`parse_blob_map`),
+        never from the work directory.
+
+        Returns the problems (refused, missing, cannot be unpacked), one sentence each
+        naming the blob; the other blobs are placed.
         """
+        mappings = list(mappings)
         if not mappings:
             return []
-        target = work_dir / WORK_DIR_BLOBS
         problems = []
         with self._lock:
-            target.mkdir(mode=0o700, exist_ok=True)
-            _write_atomic(target / MAP_FILE, json.dumps(
-                {m.key: {"localname": m.localname, "uncompress": m.uncompress}
-                 for m in mappings}, sort_keys=True).encode())
             for mapping in mappings:
-                problem = self._place(target, mapping)
+                problem = self._place(work_dir, mapping, owner, may_read)
                 if problem:
                     problems.append(problem)
         return problems
 
-    def refresh(self, key: str) -> int:
-        """Replace ``key``'s file in every work directory that maps it (after a new
-        version); returns how many were replaced."""
-        done = 0
-        with self._lock:
-            try:
-                dirs = sorted(self.topologies_dir.iterdir())
-            except OSError:
-                return 0
-            for work_dir in dirs:
-                mapping = _mapping_in(work_dir / WORK_DIR_BLOBS / MAP_FILE, key)
-                if mapping is None:
-                    continue
-                problem = self._place(work_dir / WORK_DIR_BLOBS, mapping)
-                if problem:
-                    log.warning("blob_refresh_failed", key=key, work_dir=str(work_dir),
-                                problem=problem)
-                else:
-                    done += 1
-        if done:
-            log.info("blob_refreshed", key=key, work_dirs=done)
-        return done
-
-    def _place(self, target: Path, mapping: BlobMapping) -> str:
-        """Write the current version of ``mapping.key`` into ``target`` (caller holds
-        the lock); a problem as a sentence, or ``""``."""
-        with self._open_version(mapping.key) as current:
-            if current is None:
-                return f"blob {mapping.key!r} does not exist (deleted?); " \
-                       f"{mapping.localname} is not there"
-            blob, source = current
-            try:
-                if mapping.uncompress:
-                    _place_unpacked(source, target, mapping.localname, blob,
-                                    max(blob.bytes * MAX_EXPANSION, MIN_EXPANDED_BYTES))
-                else:
-                    _place_file(source, target, mapping.localname)
+    def _place(self, work_dir: Path, mapping: BlobMapping, owner: str,
+               may_read: MayRead) -> str:
+        """Place or remove one blob (caller holds the lock); a problem as a sentence,
+        or ``""``."""
+        key, name = mapping.key, mapping.localname
+        try:
+            with self._open_version(key) as current:
+                if current is None:
+                    self._remove(work_dir, name)
+                    return f"blob {key!r} does not exist (deleted?); {name} is not there"
+                blob, path = current
+                if not may_read(owner, blob):
+                    self._remove(work_dir, name)
+                    return (f"blob {key!r} may no longer be read by the topology's owner "
+                            f"{owner!r} (its ACL gives it no READ); {name} was removed "
+                            "from the work directory")
+                # The blob's file as the daemon; everything in the work directory as
+                # its owner.
+                with open(path, "rb") as source, as_owner_of(work_dir):
+                    target = work_dir / WORK_DIR_BLOBS
+                    target.mkdir(mode=0o700, exist_ok=True)
+                    (target / OLD_MAP_FILE).unlink(missing_ok=True)
+                    if mapping.uncompress:
+                        _place_unpacked(source, target, name, blob,
+                                        max(blob.bytes * MAX_EXPANSION, MIN_EXPANDED_BYTES))
+                    else:
+                        _place_file(source, target, name)
                 return ""
-            except (OSError, BlobError) as exc:
-                return f"blob {mapping.key!r} cannot be placed as " \
-                       f"{mapping.localname!r}: {getattr(exc, 'strerror', None) or exc}"
+        except (OSError, BlobError) as exc:
+            return f"blob {key!r} cannot be placed as {name!r}: " \
+                   f"{getattr(exc, 'strerror', None) or exc}"
+
+    @staticmethod
+    def _remove(work_dir: Path, localname: str) -> None:
+        """Remove what ``localname`` is in the work directory's blobs (a copy, or the
+        link to an unpacked version and the versions), as the directory's owner: a
+        link is removed, never what it points to."""
+        target = work_dir / WORK_DIR_BLOBS
+        if not os.path.lexists(work_dir):
+            return
+        with as_owner_of(work_dir):
+            try:
+                entries = list(os.scandir(target))
+            except (FileNotFoundError, NotADirectoryError):
+                return
+            for entry in entries:
+                if entry.name != localname and not _hidden_of(entry.name, localname):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
 
 
 # --- files ------------------------------------------------------------------------
@@ -209,27 +237,31 @@ def _tmp_name(target: Path, name: str) -> Path:
     return target / f".{name}.{uuid.uuid4().hex[:12]}.tmp"
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = _tmp_name(path.parent, path.name)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+def _unpacked_name(localname: str, version: int) -> str:
+    return f".{localname}.v{version}.{uuid.uuid4().hex[:8]}"
 
 
-def _place_file(source: Path, target: Path, localname: str) -> None:
-    """Copy ``source`` to ``target/localname`` by rename: a reader opening the name
-    gets the old file or the new one, whole. A copy, not a link: user code that writes
-    to its copy cannot damage the stored version."""
+_HIDDEN = re.compile(r"\.(?P<name>.+)\.(?:v\d+\.[0-9a-f]{8}|(?P<tmp>[0-9a-f]{12}\.tmp))")
+
+
+def _hidden_of(entry: str, localname: str, *, tmp: bool = True) -> bool:
+    """Whether ``entry`` is one of ``localname``'s hidden names: an unpacked version
+    (:func:`_unpacked_name`) or, with ``tmp``, a copy being made (:func:`_tmp_name`);
+    never another local name's (``a`` and ``a.v1``)."""
+    match = _HIDDEN.fullmatch(entry)
+    return match is not None and match["name"] == localname \
+        and (tmp or match["tmp"] is None)
+
+
+def _place_file(source: BinaryIO, target: Path, localname: str) -> None:
+    """Copy ``source`` (the blob's file, open) to ``target/localname`` by rename: a
+    reader opening the name gets the old file or the new one, whole. A copy, not a
+    link: user code that writes to its copy cannot damage the stored version."""
     tmp = _tmp_name(target, localname)
     try:
-        with open(source, "rb") as src, open(tmp, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+        source.seek(0)
+        with open(tmp, "xb") as dst:        # x: never through a name planted there
+            shutil.copyfileobj(source, dst, 1 << 20)
         final = target / localname
         if final.is_dir() and not final.is_symlink():
             shutil.rmtree(final)        # was uncompressed by an older map of the dir
@@ -239,12 +271,12 @@ def _place_file(source: Path, target: Path, localname: str) -> None:
         raise
 
 
-def _place_unpacked(source: Path, target: Path, localname: str, blob: Blob,
+def _place_unpacked(source: BinaryIO, target: Path, localname: str, blob: Blob,
                     max_bytes: int) -> None:
-    """Unpack the archive ``source`` (zip, jar, tar, tar.gz...) into a new hidden
+    """Unpack the archive ``source`` (zip, jar, tar, tar.gz..., open) into a new hidden
     directory, then point the symlink ``target/localname`` at it (a rename: atomic);
     older unpacked versions are removed."""
-    unpacked = target / f".{localname}.v{blob.version}.{uuid.uuid4().hex[:8]}"
+    unpacked = target / _unpacked_name(localname, blob.version)
     try:
         unpacked.mkdir(mode=0o700)
         _unpack(source, unpacked, max_bytes, blob.key)
@@ -260,10 +292,8 @@ def _place_unpacked(source: Path, target: Path, localname: str, blob: Blob,
     except BaseException:
         shutil.rmtree(unpacked, ignore_errors=True)
         raise
-    prefix = f".{localname}.v"
     for entry in target.iterdir():
-        if entry.name.startswith(prefix) and entry.name != unpacked.name \
-                and not entry.name.endswith(".tmp"):
+        if entry.name != unpacked.name and _hidden_of(entry.name, localname, tmp=False):
             shutil.rmtree(entry, ignore_errors=True)
 
 
@@ -283,7 +313,7 @@ def _safe_member(name: str, key: str) -> PurePosixPath | None:
 _Member = tuple[str, bool, "Callable[[], IO[bytes] | None] | None"]
 
 
-def _unpack(source: Path, dest: Path, max_bytes: int, key: str) -> None:
+def _unpack(source: BinaryIO, dest: Path, max_bytes: int, key: str) -> None:
     """Extract regular files and directories only (no links, devices), bounded in
     entries and bytes before anything is written."""
     def extract(members: list[_Member], total: int) -> None:
@@ -307,17 +337,20 @@ def _unpack(source: Path, dest: Path, max_bytes: int, key: str) -> None:
             with stream:
                 out = dest.joinpath(*rel.parts)
                 out.parent.mkdir(parents=True, exist_ok=True)
-                with open(out, "wb") as f:
+                with open(out, "wb") as f:     # a tar may hold a name twice
                     shutil.copyfileobj(stream, f, 1 << 20)
 
+    source.seek(0)
     if zipfile.is_zipfile(source):
+        source.seek(0)
         with zipfile.ZipFile(source) as zf:
             infos = zf.infolist()
             extract([(i.filename, i.is_dir(), functools.partial(zf.open, i))
                      for i in infos], sum(i.file_size for i in infos))
         return
+    source.seek(0)
     try:
-        tf = tarfile.open(source, "r:*")
+        tf = tarfile.open(fileobj=source, mode="r:*")
     except tarfile.TarError:
         raise BlobError(f"blob {key!r} is neither a zip nor a tar archive, so it cannot "
                         "be uncompressed") from None
@@ -327,18 +360,3 @@ def _unpack(source: Path, dest: Path, max_bytes: int, key: str) -> None:
         extract([(m.name, m.isdir(),
                   functools.partial(tf.extractfile, m) if m.isfile() else None)
                  for m in members], sum(m.size for m in members if m.isfile()))
-
-
-def _mapping_in(map_file: Path, key: str) -> BlobMapping | None:
-    try:
-        with open(map_file, "rb") as f:
-            data = f.read(MAX_MAP_FILE_BYTES + 1)
-    except OSError:
-        return None
-    if len(data) > MAX_MAP_FILE_BYTES:
-        return None
-    try:
-        mappings = parse_blob_map({BLOBSTORE_MAP: json.loads(data)})
-    except ValueError:
-        return None
-    return next((m for m in mappings if m.key == key), None)

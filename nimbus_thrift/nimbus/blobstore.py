@@ -76,7 +76,7 @@ class _Listing:
 class BlobStore:
     """Blobs under ``<data_dir>/blobs``; thread-safe. Bytes count in ``transfers``'s
     inbox quota; ``work_dirs`` copies them into the work directories under
-    ``topologies_dir`` (:mod:`.blobplace`), and again after each new version."""
+    ``topologies_dir`` (:mod:`.blobplace`) when the blob calls place them."""
 
     def __init__(self, store: Store, data_dir: Path, transfers: Transfers, *,
                  topologies_dir: Path, max_blob_bytes: int, expiration_secs: float,
@@ -239,8 +239,8 @@ class BlobStore:
 
     def finish(self, session: str) -> Blob:
         """Make the upload ``session`` the key's current version (see the module
-        docstring); return it. Every topology mapping the key sees the new version
-        (:meth:`.WorkDirBlobs.refresh`) before this returns.
+        docstring); return it. The caller places it in the topologies that map the key
+        (:meth:`.WorkDirBlobs.place`, which checks each owner's READ).
 
         Raises:
             BlobError: unknown or expired session, or the file cannot be finished.
@@ -278,7 +278,6 @@ class BlobStore:
             self._drop_file(old.file)
         log.info("blob_stored", key=blob.key, version=blob.version, bytes=blob.bytes,
                  sha256=blob.sha256, kind=up.kind)
-        self.work_dirs.refresh(blob.key)
         return blob
 
     def cancel(self, session: str) -> None:

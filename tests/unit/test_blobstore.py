@@ -6,7 +6,6 @@ placed in work directories (nimbus_thrift.nimbus.blobplace)."""
 from __future__ import annotations
 
 import io
-import json
 import os
 import tarfile
 import zipfile
@@ -19,8 +18,7 @@ from nimbus_thrift.nimbus import blobplace
 from nimbus_thrift.nimbus.blobacl import (ADMIN, ALL, READ, WRITE, Ace, AclType, BadAcl,
                                           BlobError, KeyExists, KeyNotFound, allowed,
                                           check_acl, check_key, normalize_acl)
-from nimbus_thrift.nimbus.blobplace import (MAP_FILE, BlobMapping, parse_blob_map,
-                                            topologies_using)
+from nimbus_thrift.nimbus.blobplace import BlobMapping, parse_blob_map, topologies_using
 from nimbus_thrift.nimbus.blobstore import BlobStore
 from nimbus_thrift.nimbus.store import Store
 from nimbus_thrift.nimbus.transfers import TransferLimits, TransferRefused, Transfers
@@ -410,26 +408,34 @@ def _zip(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def test_materialise_then_refresh_replaces_the_file_in_every_mapping_work_dir(env: Env
-                                                                              ) -> None:
+def anyone(owner: str, blob: object) -> bool:
+    """A placement's rule that lets every owner read every blob."""
+    return True
+
+
+def place(env: Env, work: Path, *mappings: BlobMapping) -> list[str]:
+    return env.blobs.work_dirs.place(work, mappings, "alice", anyone)
+
+
+def test_placing_again_replaces_the_file_in_each_work_dir(env: Env) -> None:
     env.create("words", b"one two")
     a, b, other = (env.topologies / n for n in ("t-1-1", "t-2-2", "t-3-3"))
     for d in (a, b, other):
         d.mkdir()
-    mapping = [BlobMapping("words", "words.txt", False)]
-    assert env.blobs.work_dirs.materialise(a, mapping) == []
-    assert env.blobs.work_dirs.materialise(b, [BlobMapping("words", "w", False)]) == []
+    assert place(env, a, BlobMapping("words", "words.txt", False)) == []
+    assert place(env, b, BlobMapping("words", "w", False)) == []
     held = open(a / "blobs" / "words.txt", "rb")         # a reader with the old file open
     env.update("words", b"three four")
+    assert (a / "blobs" / "words.txt").read_bytes() == b"one two"   # until placed
+    assert place(env, a, BlobMapping("words", "words.txt", False)) == []
+    assert place(env, b, BlobMapping("words", "w", False)) == []
     assert (a / "blobs" / "words.txt").read_bytes() == b"three four"
     assert (b / "blobs" / "w").read_bytes() == b"three four"
     assert not (other / "blobs").exists()
     assert held.read() == b"one two"                      # replaced, not rewritten in place
     held.close()
-    assert json.loads((a / "blobs" / MAP_FILE).read_text()) == \
-        {"words": {"localname": "words.txt", "uncompress": False}}
-    # No temporary files are left behind, and no version stays pinned.
-    assert sorted(p.name for p in (a / "blobs").iterdir()) == [MAP_FILE, "words.txt"]
+    # No temporary files are left behind, no map file, and no version stays pinned.
+    assert sorted(p.name for p in (a / "blobs").iterdir()) == ["words.txt"]
     assert env.blobs._readers == {}
     assert env.files() == [f"{env.blobs.get('words').file}.data"]
 
@@ -441,10 +447,11 @@ def test_uncompress_unpacks_and_an_update_switches_the_directory(env: Env, pack:
     env.create("model", pack({"model/weights.txt": b"w1", "readme": b"r"}))
     work = env.topologies / "t-1-1"
     work.mkdir()
-    assert env.blobs.work_dirs.materialise(work, [BlobMapping("model", "model", True)]) == []
+    assert place(env, work, BlobMapping("model", "model", True)) == []
     root = work / "blobs" / "model"
     assert (root / "model" / "weights.txt").read_bytes() == b"w1"
     env.update("model", pack({"model/weights.txt": b"w2"}))
+    assert place(env, work, BlobMapping("model", "model", True)) == []
     assert (root / "model" / "weights.txt").read_bytes() == b"w2"
     assert not (root / "readme").exists()
     unpacked = [p for p in (work / "blobs").iterdir() if p.name.startswith(".model.v")]
@@ -457,9 +464,8 @@ def test_an_archive_that_escapes_or_is_not_an_archive_is_a_problem_not_a_crash(e
     env.create("plain", b"not an archive")
     work = env.topologies / "t-1-1"
     work.mkdir()
-    problems = env.blobs.work_dirs.materialise(work, [BlobMapping("evil", "evil", True),
-                                            BlobMapping("plain", "plain", True),
-                                            BlobMapping("gone", "gone", False)])
+    problems = place(env, work, BlobMapping("evil", "evil", True),
+                     BlobMapping("plain", "plain", True), BlobMapping("gone", "gone", False))
     assert len(problems) == 3
     assert "outside its directory" in problems[0]
     assert "neither a zip nor a tar" in problems[1]
@@ -474,7 +480,7 @@ def test_a_zip_bomb_is_refused_before_it_is_written(env: Env,
     env.create("bomb", _zip({"zeros": b"\0" * 200_000}))
     work = env.topologies / "t-1-1"
     work.mkdir()
-    [problem] = env.blobs.work_dirs.materialise(work, [BlobMapping("bomb", "bomb", True)])
+    [problem] = place(env, work, BlobMapping("bomb", "bomb", True))
     assert "would unpack to 200000 bytes" in problem
     assert list((work / "blobs").glob(".bomb.v*")) == []
 
