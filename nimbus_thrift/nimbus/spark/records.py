@@ -133,6 +133,8 @@ class Run:
 
     def save(self) -> None:
         if self.dir.root.is_dir():
+            if self.record_file is not None:
+                self.record_file.parent.mkdir(mode=0o700, exist_ok=True)
             write_atomic(self.record_path, json.dumps(self.record(), indent=1))
 
     def alive(self) -> bool:

@@ -125,16 +125,24 @@ class Spawner:
         env, as_user = process_options(user, self.environment(rd.root))
         # In the work directory as its owner (runas.py): what the topology planted
         # there is followed, if at all, with its own rights.
-        with as_owner_of(rd.root):
-            rd.logs.mkdir(parents=True, exist_ok=True)
-            # A new status.json comes from the new driver; an old one would be read as
-            # its.
-            try:
-                rd.status.unlink()
-            except FileNotFoundError:
-                pass
-            out = log_file(rd.logs / "stdout")
-            err = log_file(rd.logs / "stderr")
+        try:
+            with as_owner_of(rd.root):
+                rd.logs.mkdir(parents=True, exist_ok=True)
+                # A new status.json comes from the new driver; an old one would be
+                # read as its.
+                try:
+                    rd.status.unlink()
+                except FileNotFoundError:
+                    pass
+                out = log_file(rd.logs / "stdout")
+                try:
+                    err = log_file(rd.logs / "stderr")
+                except BaseException:
+                    out.close()
+                    raise
+        except OSError as exc:
+            run.launch_error = f"cannot open its logs: {exc.strerror or exc}"
+            raise LauncherError(run.launch_error) from None
         try:
             now = self.clock()
             banner = (f"{BANNER}{reason} at "
