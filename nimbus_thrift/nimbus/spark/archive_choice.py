@@ -78,7 +78,8 @@ class ArchiveChoice:
         if run.class_list:
             unlink(Path(run.class_list))
         elif run.class_archive and run.exit_code != 0 and any(
-                JVM_CRASH in line for line in launch_stderr(run.dir.logs / "stderr")):
+                JVM_CRASH in line for line in launch_stderr(run.dir.logs / "stderr",
+                                                            below=run.dir.root)):
             ClassArchive.discard(Path(run.class_archive))
         run.class_list = ""
         run.class_archive = ""

@@ -16,6 +16,7 @@ from typing import Callable
 
 import structlog
 
+from ...runner.rundir import read_untrusted
 from ...runner.spec import RunSpec
 from ..config import NimbusConfig
 from .archive_choice import ArchiveChoice
@@ -25,6 +26,10 @@ from .spawn import Spawner
 from .status import MAX_ERRORS, SPARK_COMPONENT, failure_text
 
 log = structlog.get_logger(__name__)
+
+#: spec.json read back for a relaunch: the plan of at most 1,000 components and a conf
+#: that came in a 1 MiB frame are far below this.
+MAX_SPEC_BYTES = 8 << 20
 
 #: The first relaunch waits this long after the failure; each next one 4 times longer.
 RESTART_BACKOFF_SECS = 5.0
@@ -114,7 +119,11 @@ class Recovery:
     def respawn(self, run: Run, reason: str) -> None:
         """Start the application again from the files already in the work directory."""
         try:
-            run_spec = RunSpec.read(run.dir.spec)
+            # The topology can write its work directory (under run_as_user, as another
+            # user): a link, a FIFO or a huge file there is refused, not followed,
+            # blocked on or read whole by the monitor.
+            run_spec = RunSpec.from_json(read_untrusted(
+                run.dir.spec, MAX_SPEC_BYTES, below=run.dir.root).decode("utf-8"))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             run.launch_error = f"cannot read {run.dir.spec}: {exc}"
             run.save()
