@@ -1,7 +1,9 @@
 """A connection's life outside its calls, for the selector thread: accepting (with the
-per-address cap and throttled refusal lines), the TLS handshake, the periodic sweep of
-deadlines (first request, frame rate, parking, unread replies, lingering), the drain at
-stop, and the end: lingering after an error reply, and closing.
+per-address cap and throttled refusal lines, and who a client is: the Unix socket's
+peer credentials, a loopback client's OS user, localpeer.py), the TLS handshake (and a
+certificate's principal, or its refusal), the periodic sweep of deadlines (first
+request, frame rate, parking, unread replies, lingering), the drain at stop, and the
+end: lingering after an error reply, and closing.
 
 :class:`Lifetime` is a base of :class:`~.selector.Selector`, which owns the state
 declared here and the per-call paths (read, submit, write) these methods end in; one
@@ -28,13 +30,14 @@ from .connection import Connection
 from .deadlines import ParkTimeoutError, overdue, unread_check_due
 from .dispatch import Status
 from .fastio import ACCELERATED, recv_into
+from .localpeer import PeerLookup, connection_user
 from .metrics import ServerState
 from .options import ServerOptions
 from .peers import PeerShare
 from .states import Event, State
 from .throttle import LogThrottle
-from .tls import (DONE, WANT_WRITE, HandshakeFailed, TLSStream, first_bytes_are_tls,
-                  handshake_step, principal_of)
+from .tls import (DONE, WANT_WRITE, CertificateRefused, HandshakeFailed, TLSStream,
+                  first_bytes_are_tls, handshake_step, principal_of)
 from .unixsock import UnixListener, peer_credentials, remove_unix
 from .workers import WorkerPool
 
@@ -72,6 +75,9 @@ class Lifetime(Completion):
 
     _scratch: memoryview
     _lingering: int
+    #: The kernel lookups of local TCP clients' users (options.identify_local_peers),
+    #: made on the first such accept.
+    _peer_lookup: PeerLookup | None = None
 
     # The selector's own paths, which these end in.
     def _close(self, conn: Connection, reason: str | None = None) -> None:
@@ -129,6 +135,14 @@ class Lifetime(Completion):
             else:
                 peer = _peer_name(addr)
                 host = addr[0] if isinstance(addr, tuple) and addr else peer
+                if opts.identify_local_peers:
+                    # A client on loopback is the OS user owning its socket (one
+                    # netlink request, ~10 us); None elsewhere or if the kernel
+                    # cannot say. A client certificate's principal wins later.
+                    lookup = self._peer_lookup
+                    if lookup is None:
+                        lookup = self._peer_lookup = PeerLookup()
+                    principal = connection_user(lookup, sock, addr)
             share = self.per_peer.get(host)
             count = share.connections if share is not None else 0
             if state.connections_open >= opts.max_connections:
@@ -221,8 +235,23 @@ class Lifetime(Completion):
             self._really_close(conn)
             return
         if step == DONE:
+            try:
+                certified = principal_of(sock, self.options.principal_from_cert)
+            except CertificateRefused as exc:
+                # A name no certificate may claim here (options.principal_from_cert).
+                self._state.tls_handshakes_failed += 1
+                held = self._refusal_log.allow(conn.host, now)
+                if held is not None:
+                    log.warning("tls_client_refused", peer=conn.peer,
+                                principal=exc.principal, reason=exc.reason,
+                                similar_failures_not_logged=held)
+                self._really_close(conn)
+                return
             self._state.tls_handshakes += 1
-            conn.principal = principal_of(sock, self.options.principal_from_cert)
+            if certified is not None:
+                # Without a certificate (or a principal in it), the kernel's word for a
+                # local client (set at accept) stands.
+                conn.principal = certified
             conn.advance(Event.HANDSHAKE_DONE)
             conn.last_activity = now
             log.debug("tls_handshake_done", peer=conn.peer, principal=conn.principal,
@@ -341,6 +370,8 @@ class Lifetime(Completion):
                 self._really_close(conn, "server stopped before the reply was written"
                                    if busy else None, keep_socket=processing)
         stuck = pool.stop(timeout=max(0.0, self.stop_deadline - time.monotonic()) + 0.5)
+        if self._peer_lookup is not None:
+            self._peer_lookup.close()
         ep.close()
         self.wakeup.close()
         log.info("stopped", abandoned_connections=len(leftover), stuck_workers=stuck,

@@ -153,8 +153,14 @@ class ServerOptions:
     #: Seconds a TLS handshake may take from the accept.
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
     #: Maps a verified client certificate (``getpeercert()``'s dict) to the principal;
-    #: None takes the subject's common name.
+    #: None takes the subject's common name. It may raise rpc.tls.CertificateRefused:
+    #: the connection is then closed after the handshake, with a log line saying why.
     principal_from_cert: Callable[[dict[str, Any]], str | None] | None = None
+    #: A TCP client on loopback is the OS user owning its socket, asked of the kernel
+    #: per accepted connection (rpc/localpeer.py), as a Unix socket client is; a
+    #: verified client certificate's principal still wins over it. Off: such a client
+    #: has no principal, as any plain TCP client.
+    identify_local_peers: bool = False
     #: Also listen on this Unix domain socket path (created with unix_socket_mode; a
     #: stale file is replaced); its clients' principal is their OS user (SO_PEERCRED).
     unix_socket: str | None = None
@@ -239,7 +245,8 @@ class ServerOptions:
                                   f"{', '.join(repr(k) for k in known)}, not {value!r}.")
             # Frozen: keep it a tuple in the canonical order, whatever was given.
             object.__setattr__(self, name, tuple(k for k in known if k in value))
-        for name in ("strict_read", "inline_calls", "method_metrics"):
+        for name in ("strict_read", "inline_calls", "method_metrics",
+                     "identify_local_peers"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"{name} must be True or False, "
                                   f"not {getattr(self, name)!r}.")

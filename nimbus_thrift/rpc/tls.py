@@ -39,7 +39,8 @@ from .fastio import NATIVE_TLS
 from .forms import classify_prefix
 
 #: What a verified client certificate (``SSLSocket.getpeercert()``) maps to as the
-#: request's principal.
+#: request's principal; it raises :class:`CertificateRefused` for a certificate that
+#: may not be anyone here.
 PrincipalFromCert = Callable[[dict[str, Any]], "str | None"]
 
 #: The first byte of every TLS record carrying a handshake (a ClientHello).
@@ -51,6 +52,17 @@ WANT_READ, WANT_WRITE, DONE = "read", "write", "done"
 
 class HandshakeFailed(Exception):
     """The handshake cannot succeed; the message says why, for one log line."""
+
+
+class CertificateRefused(Exception):
+    """A verified client certificate names a principal the server will not accept
+    (a :data:`PrincipalFromCert` mapping raises it): the connection is closed after
+    the handshake. ``principal`` is the name it claimed, ``reason`` why it may not."""
+
+    def __init__(self, principal: str, reason: str):
+        self.principal = principal
+        self.reason = reason
+        super().__init__(f"client certificate for {principal!r} refused: {reason}")
 
 
 def common_name(cert: dict[str, Any]) -> str | None:
@@ -170,7 +182,11 @@ def _ssl_reason(exc: ssl.SSLError) -> str:
 def principal_of(sock: ssl.SSLSocket | ssl.SSLObject, mapping: PrincipalFromCert | None
                  ) -> str | None:
     """The principal of a connection whose handshake is done: from its verified client
-    certificate (``mapping``, or the subject's common name), None without one."""
+    certificate (``mapping``, or the subject's common name), None without one.
+
+    Raises:
+        CertificateRefused: the mapping refuses the certificate's principal.
+    """
     cert = sock.getpeercert()
     if not cert:
         return None

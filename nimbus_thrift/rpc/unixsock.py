@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import errno
 import os
-import pwd
 import socket
 import stat
 import struct
 from typing import NamedTuple
+
+from .localpeer import user_name
 
 _UCRED = struct.Struct("3i")      # struct ucred: pid, uid, gid
 
@@ -87,15 +88,11 @@ class PeerCredentials(NamedTuple):
     pid: int
     uid: int
     gid: int
-    user: str       # the uid's login name, or the number when it has none
+    user: str       # the uid's login name, or the number when it has none (user_name)
 
 
 def peer_credentials(sock: socket.socket) -> PeerCredentials:
     """Who connected to an accepted Unix socket (SO_PEERCRED, Linux)."""
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
     pid, uid, gid = _UCRED.unpack(raw)
-    try:
-        user = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        user = str(uid)
-    return PeerCredentials(pid, uid, gid, user)
+    return PeerCredentials(pid, uid, gid, user_name(uid))

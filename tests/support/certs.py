@@ -75,6 +75,23 @@ def make_pki(root: Path, clients: tuple[str, ...] = ("alice", "bob")) -> Pki:
                foreign_ca, foreign_client)
 
 
+def with_clients(pki: Pki, *names: str) -> Pki:
+    """``pki`` with a client certificate for each of ``names`` as its CN too (any name:
+    the tests of names a server must refuse need them), files ``cn-<name>.*``."""
+    for name in names:
+        if name not in pki.clients:
+            pki.clients[name] = make_certs.issue(pki.dir, f"cn-{name}", name,
+                                                 kind="client", ca=pki.ca)
+    return pki
+
+
+def client_context(pki: Pki, who: str) -> ssl.SSLContext:
+    """A client context trusting ``pki``'s CA and presenting ``who``'s certificate."""
+    context = ssl.create_default_context(cafile=str(pki.ca.cert))
+    context.load_cert_chain(str(pki.clients[who].cert), str(pki.clients[who].key))
+    return context
+
+
 def server_context(cert: Any, client_ca: Path | None = None,
                    maximum: ssl.TLSVersion | None = None) -> ssl.SSLContext:
     """A server context with ``cert`` (an Issued); with ``client_ca`` every client
