@@ -18,8 +18,8 @@ What it does is set by ``W/fake.json`` (read at start; every key optional)::
     ignore_stop     ignore control=stop and SIGTERM (only SIGKILL ends it)
     finish_after    report "finished" after this many batches and exit 0
 
-Each start appends its arguments and a few environment variables to
-``W/fake_invocations.jsonl``; descendants' pids go to ``W/fake_children.json``.
+Each start appends its arguments, its Spark settings (``--properties-file`` and
+``--conf``) and a few environment variables to ``W/fake_invocations.jsonl``; descendants' pids go to ``W/fake_children.json``.
 Standard library only.
 """
 
@@ -52,8 +52,33 @@ def arg(argv: list[str], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
+def unescape(text: str) -> str:
+    """A key or value of the launcher's properties file (one ``key=value`` a line,
+    Java's escapes; see nimbus/spark/properties.py)."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text):
+            c = text[i + 1]
+            if c == "u":
+                out.append(chr(int(text[i + 2:i + 6], 16)))
+                i += 6
+                continue
+            out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(c, c))
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out).encode("utf-16-be", "surrogatepass").decode("utf-16-be")
+
+
 def confs(argv: list[str]) -> dict[str, str]:
+    """The Spark settings of a start: its ``--properties-file``, then its ``--conf``."""
     out = {}
+    if "--properties-file" in argv:
+        for line in Path(arg(argv, "--properties-file")).read_text().splitlines():
+            cut = next(i for i, c in enumerate(line)
+                       if c == "=" and (len(line[:i]) - len(line[:i].rstrip("\\"))) % 2 == 0)
+            out[unescape(line[:cut])] = unescape(line[cut + 1:])
     for i, a in enumerate(argv):
         if a == "--conf":
             key, _, value = argv[i + 1].partition("=")
@@ -72,8 +97,9 @@ def main(argv: list[str]) -> int:
     behaviour = json.loads((work / "fake.json").read_text()) \
         if (work / "fake.json").exists() else {}
     log = work / "fake_invocations.jsonl"
+    settings = confs(argv)
     with open(log, "a") as f:
-        f.write(json.dumps({"pid": os.getpid(), "argv": argv, "env": {
+        f.write(json.dumps({"pid": os.getpid(), "argv": argv, "confs": settings, "env": {
             k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON",
                                            "SPARK_HOME", "SPARK_LOCAL_IP", "PYTHONPATH")},
             "cwd": os.getcwd(), "sid": os.getsid(0), "pgid": os.getpgid(0)}) + "\n")
@@ -94,7 +120,7 @@ def main(argv: list[str]) -> int:
 
     spec = json.loads((work / "spec.json").read_text())
     components = sorted(spec["components"])
-    port = confs(argv).get("spark.ui.port", "4040")
+    port = settings.get("spark.ui.port", "4040")
     started = time.time()
     status = {"state": "starting", "pid": os.getpid(), "updated_at": started,
               "started_at": started, "app_id": f"local-{int(started * 1000)}",

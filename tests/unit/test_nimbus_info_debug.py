@@ -122,19 +122,12 @@ def _spec() -> RunSpec:
     return RunSpec(topology_id="wc-1-2", name="wc", conf={}, components={})
 
 
-def _confs(command: list[str]) -> dict[str, str]:
-    return dict(command[i + 1].split("=", 1) for i, arg in enumerate(command)
-                if arg == "--conf")
-
-
 def test_executors_of_a_cluster_get_the_work_directory(tmp_path: Path) -> None:
     work = tmp_path / "wc-1-2"
-    confs = _confs(submit_module.submit_command(
-        ["spark-submit"], "spark://m:7077", _spec(), work, 4040, 1))
+    confs = submit_module.spark_confs("spark://m:7077", _spec(), work, 0, 1)
     assert confs[f"spark.executorEnv.{WORK_DIR_ENV}"] == str(work)
 
 
 def test_local_executors_inherit_it_from_the_environment_instead(tmp_path: Path) -> None:
-    confs = _confs(submit_module.submit_command(
-        ["spark-submit"], "local[2]", _spec(), tmp_path / "wc-1-2", 4040, 1))
+    confs = submit_module.spark_confs("local[2]", _spec(), tmp_path / "wc-1-2", 0, 1)
     assert not any(k.startswith("spark.executorEnv.") for k in confs)

@@ -12,6 +12,7 @@ import re
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -39,6 +40,7 @@ from nimbus_thrift.nimbus.spark.install import (find_spark_home, mirror_spark_ho
 from nimbus_thrift.nimbus.spark.launcher import SparkLauncher
 from nimbus_thrift.nimbus.spark.master import local_threads, master_ui_url
 from nimbus_thrift.nimbus.spark.processes import proc_cmdline, proc_info, session_members
+from nimbus_thrift.nimbus.spark.properties import parse_properties
 from nimbus_thrift.nimbus.spark.status import SPARK_COMPONENT, last_stderr_line
 from nimbus_thrift.nimbus.spark.submit import SPARK_MAIN
 from nimbus_thrift.nimbus.store import Store
@@ -146,7 +148,15 @@ def launchers(tmp_path: Path) -> Iterator[Launchers]:
 # --- the command line and environment ---------------------------------------------------
 
 def _confs(command: list[str]) -> dict[str, str]:
-    return dict(command[i + 1].split("=", 1) for i, a in enumerate(command) if a == "--conf")
+    """The Spark settings a command passes: those of its properties file as it is now
+    (a later launch in the same directory rewrites it), and any ``--conf``."""
+    confs = {}
+    if "--properties-file" in command:
+        path = Path(command[command.index("--properties-file") + 1])
+        confs.update(parse_properties(path.read_text(encoding="ascii")))
+    confs.update(command[i + 1].split("=", 1) for i, a in enumerate(command)
+                 if a == "--conf")
+    return confs
 
 
 def _run_spec(conf: dict[str, Any]) -> RunSpec:
@@ -164,15 +174,20 @@ def no_java_variables(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_command_line_on_a_local_master(tmp_path: Path, no_java_variables: None) -> None:
     launcher = SparkLauncher(config(tmp_path))
     work = tmp_path / "w"
+    work.mkdir()
     command = launcher.command(_run_spec({
         "spark.executor.memory": "2g", "spark.sql.shuffle.partitions": 4,
         "spark.dynamicAllocation.enabled": False, "spark.ui.port": 1,
         "spark.driver.host": "10.0.0.5", "spark.nested": {"no": 1}, "topology.workers": 2,
-        "storm.whatever": "x"}), work, 4567, 2)
-    assert command[:2] == [sys.executable, str(FAKE)]
-    assert command[2:6] == ["--master", "local[2]", "--name", "topology-wc"]
-    assert command[-5:] == ["--py-files", str(work / "code.zip"), str(SPARK_MAIN),
-                            "--workdir", str(work)]
+        "storm.whatever": "x", "spark.hadoop.fs.s3a.secret.key": "s3cr3t"}), work, 4567, 2)
+    properties = work / "spark.properties"
+    assert command == [sys.executable, str(FAKE), "--master", "local[2]",
+                       "--name", "topology-wc", "--properties-file", str(properties),
+                       "--py-files", str(work / "code.zip"), str(SPARK_MAIN),
+                       "--workdir", str(work)]
+    # Nothing of the topology's on the command line, which every local account reads.
+    assert not any(word in " ".join(command) for word in ("s3cr3t", "2g", "--conf"))
+    assert stat.S_IMODE(properties.stat().st_mode) == 0o600
     assert _confs(command) == {
         "spark.ui.port": "4567",                        # ours: the UI is read back
         "spark.driver.host": "10.0.0.5",                # the topology's wins otherwise
@@ -181,7 +196,8 @@ def test_command_line_on_a_local_master(tmp_path: Path, no_java_variables: None)
         "spark.sql.streaming.metricsEnabled": "true",
         "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
         "spark.executor.memory": "2g", "spark.sql.shuffle.partitions": "4",
-        "spark.dynamicAllocation.enabled": "false"}   # no cores.max on a local master
+        "spark.dynamicAllocation.enabled": "false",   # no cores.max on a local master
+        "spark.hadoop.fs.s3a.secret.key": "s3cr3t"}
 
 
 ARCHIVE = "-XX:SharedArchiveFile=/cache/driver-1.jsa"
@@ -206,6 +222,7 @@ def test_the_topologys_jvm_options_are_kept(tmp_path: Path, no_java_variables: N
         monkeypatch.setenv(name, value)
     launcher = SparkLauncher(config(tmp_path))
     command = launcher.command(_run_spec(conf), tmp_path, 4567, 1, archive=[ARCHIVE])
+    assert shlex.join(command).count(ARCHIVE) == 0       # in the file, not the argv
     confs = _confs(command)
     assert confs.get(DEFAULT_JAVA_OPTIONS) == default
     assert confs.get(EXTRA_JAVA_OPTIONS) == conf.get(EXTRA_JAVA_OPTIONS)   # untouched
@@ -641,8 +658,8 @@ def test_rebalance_rewrites_the_spec_and_relaunches(tmp_path: Path,
     run_spec = RunSpec.read(RunDir(spec.work_dir).spec)
     assert run_spec.components["split"].parallelism == 1
     (first, second) = wait_for(lambda: (i := invocations(spec))[1:] and i, "the relaunch")
-    assert second["pid"] != old and _confs(second["argv"]) == _confs(first["argv"]) | {
-        "spark.ui.port": _confs(second["argv"])["spark.ui.port"]}
+    assert second["pid"] != old and second["confs"] == first["confs"] | {
+        "spark.ui.port": second["confs"]["spark.ui.port"]}
     assert RunDir(spec.work_dir).control_state() == "active"
     status = wait_for(state_is(launcher, spec, "running"), "running again")
     assert "relaunched" not in status.detail

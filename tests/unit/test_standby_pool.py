@@ -28,8 +28,8 @@ from nimbus_thrift.nimbus.spark.standby import (TRANSITIONS, Event, Phase, Stand
 from nimbus_thrift.nimbus.spark.standby_app import STANDBY_DIR, tidy_standbys
 from nimbus_thrift.nimbus.spark.standby_drivers import standby_count
 from nimbus_thrift.nimbus.spark.status import run_status
-from nimbus_thrift.nimbus.spark.submit import (DAEMON_MODULE, WORKER_DAEMON, standby_key,
-                                               submit_command)
+from nimbus_thrift.nimbus.spark.submit import (DAEMON_MODULE, WORKER_DAEMON, spark_confs,
+                                               standby_key, submit_command)
 from nimbus_thrift.runner.rundir import RunDir, RunState
 from nimbus_thrift.runner.spec import RunSpec, from_plan
 from nimbus_thrift.runner.standby import parse_parent, process_alive, wait_for_handoff
@@ -257,17 +257,22 @@ def test_a_topology_matches_a_standby_when_its_spark_settings_are_the_same() -> 
 
 def test_a_standby_command_has_no_code_its_own_daemon_module_and_the_parent(
         tmp_path: Path) -> None:
-    command = submit_command(["spark-submit"], "spark://h:7077", _spec(), tmp_path, 4040,
-                             1, standby="12:34")
+    properties = tmp_path / "spark.properties"
+    command = submit_command(["spark-submit"], "spark://h:7077", _spec(), tmp_path,
+                             properties, standby="12:34")
     assert command[-4:] == ["--workdir", str(tmp_path), "--standby", "12:34"]
-    assert "--py-files" not in command
-    confs = dict(command[i + 1].split("=", 1) for i, a in enumerate(command)
-                 if a == "--conf")
+    assert "--py-files" not in command and "--conf" not in command
+    assert command[command.index("--properties-file") + 1] == str(properties)
+    confs = spark_confs("spark://h:7077", _spec(), tmp_path, 0, 1, standby="12:34")
     assert confs[DAEMON_MODULE] == WORKER_DAEMON
     assert confs["spark.executorEnv.NIMBUS_THRIFT_WORK_DIR"] == str(tmp_path / "current")
-    cold = submit_command(["spark-submit"], "local[2]", _spec(), tmp_path, 4040, 1)
-    assert "--standby" not in cold and DAEMON_MODULE not in " ".join(cold)
+    # A cluster's applications authenticate with the cluster's secret, if any: the
+    # launcher makes none up there.
+    assert "spark.authenticate" not in confs
+    cold = submit_command(["spark-submit"], "local[2]", _spec(), tmp_path, properties)
+    assert "--standby" not in cold
     assert cold[cold.index("--py-files") + 1] == str(tmp_path / "code.zip")
+    assert DAEMON_MODULE not in spark_confs("local[2]", _spec(), tmp_path, 0, 1)
 
 
 @pytest.mark.parametrize("settings, count", [

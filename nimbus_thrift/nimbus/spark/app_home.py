@@ -2,6 +2,11 @@
 PySpark's directory without its zipped Python code (:func:`.install.mirror_spark_home`),
 so that the applications' Python processes import PySpark's compiled modules.
 
+Its ``conf`` is PySpark's own (a link, when PySpark's directory has one; the pip
+package has none). The ``spark-defaults.conf`` there, or in ``$SPARK_CONF_DIR``, is
+merged into each application's properties file (:func:`.properties.spark_defaults`),
+since a spark-submit given ``--properties-file`` reads none itself.
+
 One object for the launcher, because two jobs need the same path: the environment
 of every application (:mod:`.spawn`) and the key of the class archive a launch maps
 (:mod:`.archive_choice`: the jars' paths are part of it).

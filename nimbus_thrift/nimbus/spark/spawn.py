@@ -27,7 +27,9 @@ from .memory import memory_request
 from .processes import proc_info
 from .records import Run
 from .status import BANNER
-from .submit import SPARK_MAIN, environment, free_port, log_file, submit_command
+from .properties import spark_defaults, write_properties
+from .submit import (SPARK_MAIN, environment, free_port, log_file, spark_confs,
+                     submit_command)
 
 log = structlog.get_logger(__name__)
 
@@ -89,11 +91,29 @@ class Spawner:
         self.clock = clock
 
     def command(self, run_spec: RunSpec, work_dir: Path, ui_port: int,
-                num_workers: int, *, archive: Sequence[str] = ()) -> list[str]:
-        """The spark-submit command line of one topology (:func:`.submit.submit_command`
-        with this launcher's spark-submit and master)."""
-        return submit_command(self.submit, self.config.spark_master, run_spec, work_dir,
-                              ui_port, num_workers, archive=archive)
+                num_workers: int, *, archive: Sequence[str] = (),
+                standby: str = "") -> list[str]:
+        """Write the Spark settings of one application (:func:`.submit.spark_confs`)
+        to the properties file in ``work_dir`` (:func:`.properties.write_properties`,
+        as the directory's owner), and return the spark-submit command line that
+        names it (:func:`.submit.submit_command`), with this launcher's spark-submit
+        and master.
+
+        Raises:
+            LauncherError: the file could not be written.
+        """
+        master = self.config.spark_master
+        confs = spark_confs(master, run_spec, work_dir, ui_port, num_workers,
+                            archive=archive, standby=standby,
+                            defaults=spark_defaults(self.environment(work_dir)))
+        try:
+            with as_owner_of(work_dir):
+                properties = write_properties(work_dir, confs)
+        except OSError as exc:
+            raise LauncherError(f"cannot write the Spark settings in {work_dir}: "
+                                f"{exc.strerror or exc}") from None
+        return submit_command(self.submit, master, run_spec, work_dir, properties,
+                              standby=standby)
 
     def environment(self, work_dir: Path) -> dict[str, str]:
         """The application's environment (:func:`.submit.environment`), with the

@@ -14,6 +14,12 @@ a process nobody owns::
     3. the launcher writes the topology's launch.json with the standby's pid
     4. ``handoff`` written: the driver runs the topology
 
+No Spark setting travels at the hand-off, on a command line or otherwise: a standby
+is taken only by a topology whose Spark settings are the standby's own
+(:func:`.submit.standby_key`), which it was started with from the properties file in
+its directory (:mod:`.properties`); ``handoff``
+names a work directory and nothing else.
+
 Its directory is deleted once its process is gone (:func:`tidy_standbys` after a
 daemon restart; the launcher when the topology's application ends).
 """

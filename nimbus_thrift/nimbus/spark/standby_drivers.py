@@ -32,7 +32,7 @@ from .spawn import Spawner, memory_of, started
 from .standby import StandbyPool
 from .standby_app import MAX_WARM_TASKS, STANDBY_DIR, StandbyApp, warmup_spec
 from .status import BANNER
-from .submit import free_port, log_file, standby_key, submit_command
+from .submit import free_port, log_file, standby_key
 
 log = structlog.get_logger(__name__)
 
@@ -129,9 +129,8 @@ class StandbyDrivers:
         parent = f"{os.getpid()}:{me.start_ticks if me is not None else 0}"
         ui_port = free_port()
         archive_options, archive, class_list = self.archives.options(None, spec)
-        command = submit_command(self.spawner.submit, self.config.spark_master, spec,
-                                 rd.root, ui_port, 1, archive=archive_options,
-                                 standby=parent)
+        command = self.spawner.command(spec, rd.root, ui_port, 1,
+                                       archive=archive_options, standby=parent)
         out = log_file(rd.logs / "stdout")
         err = log_file(rd.logs / "stderr")
         now = self.clock()

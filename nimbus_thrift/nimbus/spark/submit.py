@@ -1,6 +1,7 @@
 """What starting one application takes: the topology's code extracted into its work
-directory, its log files, a free port for its UI, and the spark-submit command line
-and environment it runs with.
+directory, its log files, a free port for its UI, its Spark settings
+(written to a file by :mod:`.properties`), and the spark-submit command line and
+environment it runs with.
 """
 
 from __future__ import annotations
@@ -110,27 +111,30 @@ def log_file(path: Path) -> IO[bytes]:
     return open(path, "ab")
 
 
-def submit_command(submit: Sequence[str], master: str, run_spec: RunSpec, work_dir: Path,
-                   ui_port: int, num_workers: int, *,
-                   archive: Sequence[str] = (), standby: str = "") -> list[str]:
-    """The spark-submit command line of one topology: ``submit`` (the spark-submit to
-    run) on ``master``.
+def spark_confs(master: str, run_spec: RunSpec, work_dir: Path, ui_port: int,
+                num_workers: int, *, archive: Sequence[str] = (), standby: str = "",
+                defaults: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The Spark settings of one application on ``master``, for its properties file
+    (:func:`.properties.write_properties`; never a command line, which every local
+    account reads).
 
-    Topology configuration keys starting with ``spark.`` are passed as ``--conf``
-    (they override the launcher's, except ``spark.ui.port``). On a ``spark://``
-    master the application takes as many cores as its most parallel component
-    (``spark.cores.max``), in ``topology.workers`` executors, unless the topology
-    sets those confs itself. The driver JVM's options (:func:`driver_java_options`,
-    with the class archive's ``archive``) are ``spark.driver.defaultJavaOptions``.
+    In order, each overriding the one before: ``defaults`` (the spark-defaults.conf
+    spark-submit no longer reads once given a properties file:
+    :func:`.properties.spark_defaults`), the launcher's, and the topology
+    configuration's keys starting with ``spark.`` (except ``spark.ui.port``).
+    On a ``spark://`` master the application takes as many cores as its most parallel
+    component (``spark.cores.max``), in ``topology.workers`` executors, unless the
+    topology sets those confs itself. The driver JVM's options
+    (:func:`driver_java_options`, with the class archive's ``archive``) are
+    ``spark.driver.defaultJavaOptions``.
 
-    With ``standby`` (``PID:TICKS`` of the daemon), the command of a standby driver
-    whose directory is ``work_dir`` (:mod:`.standby_app`): no code of its own (its
-    warm-up topology is in the package; a topology's ``code.zip`` is added at the
-    hand-off, and two files of one name cannot be), its executors' work directory
-    the ``current`` link the hand-off points at the topology's, and its Python workers
-    forked from :data:`WORKER_DAEMON`.
+    With ``standby`` (``PID:TICKS`` of the daemon), the settings of a standby driver
+    whose directory is ``work_dir`` (:mod:`.standby_app`): its executors' work
+    directory the ``current`` link the hand-off points at the topology's, and its
+    Python workers forked from :data:`WORKER_DAEMON`.
     """
-    confs: dict[str, str] = {
+    confs: dict[str, str] = dict(defaults or {})
+    confs.update({
         "spark.ui.port": str(ui_port),
         "spark.driver.host": LOCAL_HOST,
         "spark.driver.bindAddress": LOCAL_HOST,
@@ -139,7 +143,7 @@ def submit_command(submit: Sequence[str], master: str, run_spec: RunSpec, work_d
         # Spark's simplified traceback drops the worker exception's cause, which is
         # where the frames in the user's code are (runner/figures.py reads them).
         "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
-    }
+    })
     user = user_confs(run_spec)
     java_options = driver_java_options(java_tokens(user), archive)
     if java_options:
@@ -153,10 +157,23 @@ def submit_command(submit: Sequence[str], master: str, run_spec: RunSpec, work_d
         confs[DAEMON_MODULE] = WORKER_DAEMON
     confs.update(cluster_confs(master, run_spec, num_workers))
     confs.update(user)
-    args = [*submit, "--master", master,
-            "--name", f"topology-{run_spec.name}"]
-    for key, value in confs.items():
-        args += ["--conf", f"{key}={value}"]
+    return confs
+
+
+def submit_command(submit: Sequence[str], master: str, run_spec: RunSpec, work_dir: Path,
+                   properties: Path, *, standby: str = "") -> list[str]:
+    """The spark-submit command line of one topology: ``submit`` (the spark-submit to
+    run) on ``master``, its settings in the file ``properties`` (:func:`spark_confs`).
+    Nothing of the topology's configuration is on it: a command line is world-readable
+    (``/proc/<pid>/cmdline``).
+
+    With ``standby`` (``PID:TICKS`` of the daemon), the command of a standby driver
+    whose directory is ``work_dir`` (:mod:`.standby_app`): no code of its own (its
+    warm-up topology is in the package; a topology's ``code.zip`` is added at the
+    hand-off, and two files of one name cannot be).
+    """
+    args = [*submit, "--master", master, "--name", f"topology-{run_spec.name}",
+            "--properties-file", str(properties)]
     if standby:
         return [*args, str(SPARK_MAIN), "--workdir", str(work_dir), "--standby", standby]
     return [*args, "--py-files", str(work_dir / "code.zip"), str(SPARK_MAIN),
@@ -182,9 +199,9 @@ def cluster_confs(master: str, run_spec: RunSpec, num_workers: int) -> dict[str,
 def standby_key(master: str, run_spec: RunSpec, num_workers: int
                 ) -> tuple[tuple[str, str], ...]:
     """What an application's Spark settings are, for matching a submit with a standby
-    driver: the master and the confs its command line sets that outlive the start
-    (the topology's ``spark.*`` settings, a cluster's cores); not what differs per
-    application anyway (UI port, name, code, work directory) or is the launcher's
+    driver: the master and the settings that outlive the start (the topology's
+    ``spark.*`` settings, a cluster's cores); not what differs per application anyway
+    (UI port, name, code, work directory) or is the launcher's
     choice (the class archive's JVM options, which only change how fast it starts)."""
     confs = {**cluster_confs(master, run_spec, num_workers), **user_confs(run_spec)}
     return (("master", master), *sorted(confs.items()))
