@@ -2,14 +2,24 @@
 of Storm's ``SimpleACLAuthorizer`` with this daemon's names.
 
 Theory of operation. A request's **principal** is what its transport established
-(:func:`nimbus_thrift.current_request`): the OS user on the Unix socket, the client
-certificate's CN on mutual TLS, and :data:`ANONYMOUS` on plain TCP. A call made outside
-a request (recovery, timers, an embedding program) is the daemon itself: never checked.
+(:func:`nimbus_thrift.current_request`): the OS user on the Unix socket and on loopback
+TCP (the kernel says who owns the client's socket), the client certificate's CN on
+mutual TLS, and :data:`ANONYMOUS` when nothing says (plain TCP from another machine, a
+certificate without a CN, a loopback client the kernel could not name). A call made
+outside a request (recovery, timers, an embedding program) is the daemon itself: never
+checked.
 
-Each method has one :class:`Rule`:
+One namespace for all transports, on purpose: the CA vouches that the certificate
+CN alice is the user alice. A certificate may never claim the names whose collision is
+dangerous (:func:`reserved_principals`: ``anonymous``, ``root``, the daemon's own OS
+user): :class:`CertificatePrincipals` refuses it, and the connection is closed.
+
+``anonymous`` may call nothing, not even the USER reads, unless ``allow_anonymous``
+is set; it then counts as a user. Each method has one :class:`Rule`:
 
 =============  ====================================================================
-USER           ``admins``, and every principal if ``users`` is empty, else those in it
+USER           ``admins``, and those in ``users``; with no ``users``, the daemon's
+               own OS user (:func:`daemon_principal`): sharing means naming them
 TOPOLOGY       ``admins``, the topology's owner (who submitted it), ``topology.users``
 TOPOLOGY_READ  as TOPOLOGY, and ``topology.readonly.users``
 CODE           a topology's code: as TOPOLOGY_READ; a finished upload: as UPLOAD
@@ -35,9 +45,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from ..rpc.context import current_request
+from ..rpc.tls import CertificateRefused, common_name
 
-#: The principal of a request whose transport says nothing about the client (plain TCP).
+#: The principal of a request whose transport says nothing about the client (plain TCP
+#: from another machine, a certificate without a CN).
 ANONYMOUS = "anonymous"
+#: The superuser's name: no certificate may claim it.
+ROOT = "root"
 #: Topology conf keys (Storm's names): principals who may control the topology, and
 #: principals who may only read its conf, structure, code and information.
 TOPOLOGY_USERS = "topology.users"
@@ -149,6 +163,34 @@ def daemon_principal() -> str:
         return str(uid)
 
 
+def reserved_principals(daemon_user: str) -> dict[str, str]:
+    """The names no client certificate may claim, each with why: a certificate that
+    named one would be that principal (``anonymous``'s grants with allow_anonymous,
+    root's topologies, the daemon's own user's rights when no users are set)."""
+    return {ANONYMOUS: "it is the name of callers nobody identified",
+            ROOT: "it is the superuser's name",
+            daemon_user: "it is the daemon's own OS user"}
+
+
+class CertificatePrincipals:
+    """The daemon's ``principal_from_cert``: a verified certificate's subject CN (as
+    Storm takes it), None without one; a reserved name is refused.
+
+    Raises (when called):
+        CertificateRefused: the CN is one of :func:`reserved_principals`.
+    """
+
+    def __init__(self, daemon_user: str):
+        self.reserved = reserved_principals(daemon_user)
+
+    def __call__(self, cert: dict[str, Any]) -> str | None:
+        name = common_name(cert)
+        if name is not None and name in self.reserved:
+            raise CertificateRefused(name, f"{self.reserved[name]}, which no "
+                                           "certificate may claim")
+        return name
+
+
 @dataclass
 class Call:
     """One call of an IDL method: who made it and what it is about (for the audit)."""
@@ -218,38 +260,70 @@ class Unauthorized(Exception):
         super().__init__(f"{principal!r} may not call {operation}{what}: {allowed}")
 
 
-class Authorizer:
-    """The rules of the table, for one daemon's ``admins`` and ``users``."""
+#: Why anonymous is refused (no principal names in it, as in every refusal).
+_ANONYMOUS_REFUSED = ("the caller is not identified (plain TCP from another machine, "
+                      "or a certificate without a common name) and allow_anonymous is "
+                      "off")
 
-    def __init__(self, admins: Iterable[str] = (), users: Iterable[str] = ()):
+
+class Authorizer:
+    """The rules of the table, for one daemon's ``admins`` and ``users``.
+
+    Args:
+        daemon_user: the daemon's own OS user (default :func:`daemon_principal`): with
+            no ``users``, it and the admins are the service's users.
+        allow_anonymous: let :data:`ANONYMOUS` in, as a user; otherwise it may call
+            nothing, whatever the lists say.
+    """
+
+    def __init__(self, admins: Iterable[str] = (), users: Iterable[str] = (), *,
+                 daemon_user: str | None = None, allow_anonymous: bool = False):
         self.admins = frozenset(admins)
         self.users = frozenset(users)
+        self.daemon_user = daemon_principal() if daemon_user is None else daemon_user
+        self.allow_anonymous = allow_anonymous
 
     # --- the rules --------------------------------------------------------------------
+    def admitted(self, principal: str) -> bool:
+        """Whether any rule may grant ``principal`` anything: all but anonymous, which
+        only with allow_anonymous."""
+        return principal != ANONYMOUS or self.allow_anonymous
+
     def is_admin(self, principal: str) -> bool:
-        return principal in self.admins
+        return principal in self.admins and self.admitted(principal)
 
     def may_use(self, principal: str) -> bool:
         """USER: may use the service at all."""
-        return self.is_admin(principal) or not self.users or principal in self.users
+        if principal == ANONYMOUS:
+            return self.allow_anonymous
+        if principal in self.admins:
+            return True
+        return principal in self.users if self.users else principal == self.daemon_user
 
     def may_control(self, principal: str, acl: TopologyAcl) -> bool:
         """TOPOLOGY: may kill, activate, deactivate and rebalance it."""
-        return self.is_admin(principal) or principal == acl.owner or principal in acl.users
+        return self.admitted(principal) and (
+            principal in self.admins or principal == acl.owner or principal in acl.users)
 
     def may_read(self, principal: str, acl: TopologyAcl) -> bool:
         """TOPOLOGY_READ: may read its conf, structure, code and information."""
-        return self.may_control(principal, acl) or principal in acl.readonly_users
+        return self.may_control(principal, acl) or (
+            self.admitted(principal) and principal in acl.readonly_users)
 
     def may_use_upload(self, principal: str, began_by: str | None) -> bool:
         """UPLOAD: ``began_by`` None is an upload whose owner is not known (begun
         outside a request, or before the daemon restarted): admins only."""
-        return self.is_admin(principal) or (began_by is not None and principal == began_by)
+        return self.is_admin(principal) or (began_by is not None and principal == began_by
+                                            and self.admitted(principal))
 
-    @staticmethod
-    def may_use_download(principal: str, began_by: str | None) -> bool:
+    def may_use_download(self, principal: str, began_by: str | None) -> bool:
         """DOWNLOAD: a session is its beginner's alone (admins start their own)."""
-        return began_by is not None and principal == began_by
+        return began_by is not None and principal == began_by and self.admitted(principal)
+
+    def _refuse_anonymous(self, call: Call, what: str = "") -> None:
+        """The first check of every rule: anonymous without allow_anonymous."""
+        if call.principal is not None and not self.admitted(call.principal):
+            raise Unauthorized(call.principal, call.operation, what, _ANONYMOUS_REFUSED)
 
     # --- checks, by the table ---------------------------------------------------------
     def check(self, call: Call, topology: TopologyAcl | None = None) -> None:
@@ -264,11 +338,15 @@ class Authorizer:
         if principal is None:
             return
         rule = METHODS[call.operation].rule
+        self._refuse_anonymous(call, f" on topology {topology.topology!r}"
+                               if topology is not None else "")
         if rule is Rule.USER:
             if not self.may_use(principal):
                 raise Unauthorized(principal, call.operation, "",
                                    "only the principals in users and admins may use "
-                                   "this nimbus")
+                                   "this nimbus" if self.users else
+                                   "only the daemon's own OS user and admins may use "
+                                   "this nimbus (users is not set)")
             return
         if rule is Rule.SUPERVISOR:
             if not self.is_admin(principal):
@@ -303,12 +381,14 @@ class Authorizer:
         assert METHODS[call.operation].rule in (Rule.UPLOAD, Rule.CODE) \
             or call.operation.startswith("submitTopology"), call.operation
         principal = call.principal
+        what = f" with upload {location!r}"
+        self._refuse_anonymous(call, what)
         if principal is None or self.may_use_upload(principal, began_by):
             return
         reason = ("it was begun by another principal" if began_by is not None else
                   "it was begun before the daemon restarted, or by the daemon itself, "
                   "and only admins may use it")
-        raise Unauthorized(principal, call.operation, f" with upload {location!r}", reason)
+        raise Unauthorized(principal, call.operation, what, reason)
 
     def check_download(self, call: Call, session: str, began_by: str | None) -> None:
         """Check that ``call`` may read the download session ``session``.
@@ -318,7 +398,9 @@ class Authorizer:
         """
         assert METHODS[call.operation].rule is Rule.DOWNLOAD, call.operation
         principal = call.principal
+        self._refuse_anonymous(call, f" on download {session!r}")
         if principal is None or self.may_use_download(principal, began_by):
             return
         raise Unauthorized(principal, call.operation, f" on download {session!r}",
                            "only the principal that began it may read it")
+

@@ -23,10 +23,13 @@ The socket file is made 0660, but inside the 0700 data directory only the daemon
 user can reach it: a team shares a daemon through a socket placed (``unix_socket``) in
 a directory its group may enter.
 
-Who may connect at all: on a loopback address anyone on the machine (their calls are
-"anonymous", and the ACLs apply to them); on any other address only with mutual TLS
+Who may connect at all: on a loopback address anyone on the machine, each as the OS
+user the kernel says owns the client's socket (rpc/localpeer.py), on the Thrift and the
+HTTP side alike, and the ACLs apply to them (by default only the daemon's own user and
+the admins may use the service: authz.py); on any other address only with mutual TLS
 (``tls_cert_file``, ``tls_key_file``, ``tls_client_ca_file``), unless ``insecure`` says
-otherwise.
+otherwise. A certificate may not claim ``anonymous``, ``root`` or the daemon's own user
+(authz.CertificatePrincipals).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import structlog
 from ..idl import nimbus_idl
 from ..rpc.server import Server, make_server
 from .config import MAX_UNIX_SOCKET_PATH_BYTES, ConfigError, NimbusConfig
+from .authz import CertificatePrincipals
 from .handler import NimbusHandler
 from .launcher import Launcher
 from .authz import daemon_principal
@@ -154,7 +158,8 @@ def check_exposure(config: NimbusConfig) -> None:
         f"refusing to listen on {config.host}, which is not a loopback address, without "
         "mutual TLS: set tls_cert_file, tls_key_file and tls_client_ca_file (--tls-cert, "
         "--tls-key, --tls-client-ca), or insecure: true (--insecure) to let anyone who "
-        "reaches the port submit code as 'anonymous'")
+        "reaches the port connect as 'anonymous' (who may call nothing unless "
+        "allow_anonymous is set)")
 
 
 def check_ui_exposure(config: NimbusConfig) -> None:
@@ -307,7 +312,12 @@ class NimbusDaemon:
                 # the daemon's calls are few enough that the hand-off costs nothing
                 # anyone would notice (rpc/inline.py). Per-method figures feed the
                 # HTTP side's /metrics (rpc/methodstats.py).
-                inline_calls=False, method_metrics=True, **transport)
+                inline_calls=False, method_metrics=True,
+                # Who calls: loopback clients as their OS user, certificates as their
+                # CN but never a reserved name (authz.py).
+                identify_local_peers=True,
+                principal_from_cert=CertificatePrincipals(self.handler.daemon_principal),
+                **transport)
             try:
                 address = self.server.start()
             except OSError as exc:
@@ -328,7 +338,9 @@ class NimbusDaemon:
                  topologies=len(self.store.topologies()),
                  tls="mutual" if config.mutual_tls else "on" if ssl_context else "off",
                  unix_socket=str(unix_socket) if unix_socket is not None else None,
-                 admins=len(config.admins), users=len(config.users) or "everyone")
+                 admins=len(config.admins),
+                 users=len(config.users) or f"{self.handler.daemon_principal} and admins",
+                 allow_anonymous=config.allow_anonymous)
         if self.ui_url is not None:
             log.info("ui_listening", url=self.ui_url)
         return address
@@ -347,7 +359,8 @@ class NimbusDaemon:
         port = 0 if config.ui_port < 0 else config.ui_port
         web = make_web_server(self.handler, lambda: self.server,
                               host=config.ui_bind_host, port=port, ssl_context=ssl_context,
-                              principal_from_cert=self.server.options.principal_from_cert)
+                              principal_from_cert=self.server.options.principal_from_cert,
+                              identify_local_peers=True)
         try:
             host, bound = web.start()
         except OSError as exc:

@@ -112,9 +112,12 @@ class NimbusHandler(LogCalls, PageCalls, StormTwoCalls, BlobCalls, TransferCalls
                              "METHODS (who may call them): " + ", ".join(missing))
         self.idl = idl
         self.config = config
-        self.authz = Authorizer(config.admins, config.users)
-        #: Who owns what the daemon itself submits (outside a request).
+        #: Who owns what the daemon itself submits (outside a request); with no users
+        #: set, the service's only user besides the admins.
         self.daemon_principal = daemon_principal()
+        self.authz = Authorizer(config.admins, config.users,
+                                daemon_user=self.daemon_principal,
+                                allow_anonymous=config.allow_anonymous)
         self.store = store
         self.launcher = launcher
         self.clock = clock

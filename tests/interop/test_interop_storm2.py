@@ -44,11 +44,14 @@ from interop.storm_idl import load_storm, require_storm_idl, storm_idl_present
 from support.nimbus import WORDCOUNT_CODE, FakeLauncher, make_zip
 from nimbus_thrift import idl
 from nimbus_thrift.nimbus import NimbusDaemon, load_config
+from nimbus_thrift.nimbus.authz import daemon_principal
 from nimbus_thrift.nimbus.launcher import ComponentStats
 
 pytestmark = pytest.mark.interop
 
 CODE = make_zip(WORDCOUNT_CODE)
+#: Who this file's clients are: loopback clients, so their OS user (the kernel says).
+ME = daemon_principal()
 #: Chunks of this size, so an upload takes several calls.
 CHUNK_BYTES = 100
 #: The daemon's download chunk, so a download takes several calls.
@@ -187,7 +190,7 @@ def test_storm2_client_submits_lists_reads_and_kills(connect, launcher):
     assert client.getTopologyHistory("").topo_ids == [topology_id]
     owners = client.getOwnerResourceSummaries("")
     assert [(o.owner, o.total_topologies, o.total_executors) for o in owners] == [
-        ("anonymous", 1, 6)]
+        (ME, 1, 6)]
 
     client.killTopologyWithOpts("wc2", m.KillOptions(wait_secs=0))
     wait_for("wc2 removed", lambda: client.getTopologySummaries() == [])
@@ -242,10 +245,10 @@ def test_blob_round_trip(connect, package):
         client.beginCreateBlob(key, m.SettableBlobMeta(acl=[]))
 
     meta = client.getBlobMeta(key)
-    # The creator (every caller on plain TCP is "anonymous") always gets rwa.
+    # The creator (a loopback client is its OS user, the kernel says) always gets rwa.
     assert sorted((a.type, a.name, a.access) for a in meta.settable.acl) == [
         (m.AccessControlType.OTHER, None, READ),
-        (m.AccessControlType.USER, "anonymous", READ | WRITE | ADMIN)]
+        (m.AccessControlType.USER, ME, READ | WRITE | ADMIN)]
     assert meta.settable.replication_factor == 1 and meta.version > 0
     assert client.getBlobReplication(key) == 1
 
@@ -463,7 +466,7 @@ def test_java_storm2_client(java_client, daemon, tmp_path):
     # download byte for byte in several chunks, listed, then deleted.
     version, replication, acl = lines["blobMeta"].split()
     assert int(version) > 0 and replication == "1"
-    assert acl == "OTHER::1,USER:anonymous:7"
+    assert acl == f"OTHER::1,USER:{ME}:7"
     assert lines["blobDownload"] == f"{version} {len(BLOB)} 3"
     assert blob_out.read_bytes() == BLOB
     assert lines["blobList"] == "wcj-blob then 0"

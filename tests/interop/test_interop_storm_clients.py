@@ -33,12 +33,15 @@ from interop.storm_clients import (
 )
 from support.nimbus import WORDCOUNT_CODE, FakeLauncher, make_zip
 from nimbus_thrift.nimbus import NimbusDaemon, load_config
+from nimbus_thrift.nimbus.authz import daemon_principal
 from nimbus_thrift.nimbus.launcher import ComponentStats
 
 pytestmark = pytest.mark.interop
 
 #: Downloads come back in chunks this small, so a download takes several calls.
 DOWNLOAD_CHUNK_BYTES = 4096
+#: Who this file's clients are: loopback clients, so their OS user (the kernel says).
+ME = daemon_principal()
 #: Upload chunk size: the code below is several of these.
 UPLOAD_CHUNK_BYTES = 5000
 #: How long a rebalance or kill may take to apply once its wait is over.
@@ -233,7 +236,7 @@ def test_upload_submit_and_query(connect, gen, daemon, launcher, protocol):
     assert topology_id.startswith(f"{name}-")
     assert (listed.status, listed.num_tasks, listed.num_executors, listed.num_workers,
             listed.owner, listed.sched_status) == (
-        "ACTIVE", 1 + 2 + 6, 1 + 2 + 3, 2, "anonymous", "fake: running")
+        "ACTIVE", 1 + 2 + 6, 1 + 2 + 3, 2, ME, "fake: running")
     assert listed.uptime_secs >= 0
 
     got_leader = client.getLeader()
@@ -245,7 +248,7 @@ def test_upload_submit_and_query(connect, gen, daemon, launcher, protocol):
         "count": ComponentStats(emitted=30, processed=31, rate=6.0, latency_ms=0.5)}
     info = client.getTopologyInfo(topology_id)
     assert (info.id, info.name, info.status, info.owner, info.sched_status) == (
-        topology_id, name, "ACTIVE", "anonymous", "fake: running")
+        topology_id, name, "ACTIVE", ME, "fake: running")
     assert info.errors == {}
     by_component: dict[str, list[Any]] = {}
     for e in info.executors:
@@ -271,8 +274,8 @@ def test_upload_submit_and_query(connect, gen, daemon, launcher, protocol):
     assert conf["topology.name"] == name
     assert conf["topology.workers"] == 2
     # The owner is who the transport says submitted it, not what the conf claims: on
-    # plain TCP, with no certificate, "anonymous" (the conf said "alice").
-    assert conf["topology.submitter.user"] == "anonymous"
+    # loopback TCP, with no certificate, the client's OS user (the conf said "alice").
+    assert conf["topology.submitter.user"] == ME
 
     assert_same_topology(client.getUserTopology(topology_id), topology)
     assert_same_topology(client.getTopology(topology_id), topology)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import pwd
 import random
 import threading
 from pathlib import Path
@@ -24,6 +26,9 @@ from nimbus_thrift.client.client import NimbusClient
 from nimbus_thrift.nimbus import NimbusDaemon, load_config
 from nimbus_thrift.nimbus import daemon as daemon_module
 from nimbus_thrift.nimbus.handler import NimbusHandler
+
+#: The creator of what this file's clients make: on loopback TCP, the OS user.
+ME = pwd.getpwuid(os.geteuid()).pw_name
 
 class LogConfigHandler(NimbusHandler):
     """Records setLogConfig (the daemon side is another module's): what the CLI sent."""
@@ -71,7 +76,7 @@ def test_round_trip_of_a_blob_larger_than_a_frame(daemon: NimbusDaemon) -> None:
         assert client.call("getBlobMeta", "big.bin").settable.replication_factor == 1
         assert list(list_blobs(client)) == ["big.bin"]
         [(key, version, acl)] = blob_rows(client, None)
-        assert (key, acl) == ("big.bin", "o::r--,u:anonymous:rwa") and version > 0
+        assert (key, acl) == ("big.bin", f"o::r--,u:{ME}:rwa") and version > 0
 
 
 def test_a_failed_upload_is_cancelled_and_leaves_no_blob(daemon: NimbusDaemon) -> None:
@@ -131,14 +136,14 @@ def test_cli_blob_commands(daemon: NimbusDaemon, tmp_path: Path) -> None:
     header, row = listed.output.strip().splitlines()
     assert header.split() == ["KEY", "VERSION", "ACL"]
     assert row.split()[0] == "words" and row.split()[2] == \
-        "u:alice:rwa,o::r--,u:anonymous:rwa"
+        f"u:alice:rwa,o::r--,u:{ME}:rwa"
     as_json = json.loads(cli(daemon, "blob", "list", "--json").output)
     assert [r["key"] for r in as_json] == ["words"]
     named = cli(daemon, "blob", "list", "words", "ghost")
     assert "ghost" in named.output and "NOT FOUND" in named.output
     result = cli(daemon, "blob", "set-acl", "words", "-s", "o::rw")
     assert result.exit_code == 0
-    assert result.output.strip() == "words o::rw-,u:anonymous:--a"
+    assert result.output.strip() == f"words o::rw-,u:{ME}:--a"
     assert cli(daemon, "blob", "delete", "words").exit_code == 0
     assert cli(daemon, "blob", "list").output.strip() == "KEY  VERSION  ACL"
 

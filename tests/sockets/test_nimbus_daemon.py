@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pwd
 import random
 import re
 import sqlite3
@@ -26,6 +27,8 @@ from nimbus_thrift.cli import main
 from nimbus_thrift.client.client import NimbusClient, NimbusClientError
 from nimbus_thrift.nimbus import DaemonError, NimbusDaemon, load_config
 from nimbus_thrift.nimbus.launcher import ComponentStats
+
+ME = pwd.getpwuid(os.geteuid()).pw_name
 
 CLI = [str(Path(sys.executable).with_name("nimbus-thrift"))]
 
@@ -70,7 +73,8 @@ def test_cli_list_table_and_json(daemon: NimbusDaemon) -> None:
     assert result.exit_code == 0
     header, row = result.output.strip().splitlines()
     assert header.split()[:5] == ["NAME", "ID", "STATUS", "OWNER", "WORKERS"]
-    assert row.split()[:7] == ["wc", tid, "ACTIVE", "anonymous", "2", "6", "6"]
+    # On loopback TCP the caller is its OS user (the kernel's word), not anonymous.
+    assert row.split()[:7] == ["wc", tid, "ACTIVE", ME, "2", "6", "6"]
     listed = json.loads(cli(port, "list", "--json").output)
     assert [(t["name"], t["id"], t["status"], t["num_executors"]) for t in listed] == \
         [("wc", tid, "ACTIVE", 6)]

@@ -1,6 +1,6 @@
 """A real daemon's authorization over real sockets: local users on its Unix socket
-(their OS user is the principal, from the kernel) and plain TCP clients ("anonymous"),
-refusals as the IDL's AuthorizationException, audit lines on their own logger; and
+and on loopback TCP (their OS user is the principal, from the kernel; another local
+account is tests/support/otheruser.py's), refusals as the IDL's AuthorizationException, audit lines on their own logger; and
 what the daemon refuses or warns about when it starts (exposure, root, the socket)."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any, Iterator
 import pytest
 
 from support.nimbus import (FakeLauncher, N, audit_events, make_test_pki, make_zip,
-                            tcp, unix, wordcount)
+                            port_of, request_as, tcp, unix, upload, wordcount)
+from support.otheruser import NOBODY, another_account, call_as_nobody
 from support.rawthrift import frame, message, roundtrip
 from nimbus_thrift.nimbus import DaemonError, NimbusDaemon, load_config
 from nimbus_thrift.nimbus import daemon as daemon_module
@@ -80,26 +81,38 @@ def test_a_local_user_not_in_users_is_refused_and_audited(daemons: Any) -> None:
                for e in events)
 
 
-def test_a_local_user_owns_what_it_submits_tcp_clients_may_not_touch_it(
-        daemons: Any) -> None:
+def test_a_local_user_is_itself_on_the_socket_and_on_loopback_tcp(daemons: Any) -> None:
     daemon = daemons()
+    with unix(daemon) as local:
+        assert submit(local, "mine").aze is None
+        (listed,) = rpc(local, "getClusterInfo").success.topologies
+        assert (listed.name, listed.owner) == ("mine", ME)
+    # The same OS user over loopback TCP is the same principal (the kernel says who
+    # owns the client's socket): it reads and controls what it submitted.
+    with tcp(daemon) as same:
+        assert rpc(same, "getTopologyInfo", id=listed.id).success.owner == ME
+        assert rpc(same, "deactivate", name="mine").aze is None
+    assert daemon.store is not None
+    assert daemon.store.topology(listed.id).status == "INACTIVE"
+
+
+@another_account
+def test_another_local_account_may_not_touch_a_users_topology(daemons: Any) -> None:
+    daemon = daemons(users=f"{ME},{NOBODY}")
     with audit_events() as audit:
         with unix(daemon) as local:
             assert submit(local, "mine").aze is None
             (listed,) = rpc(local, "getClusterInfo").success.topologies
-            assert (listed.name, listed.owner) == ("mine", ME)
-            info = rpc(local, "getTopologyInfo", id=listed.id).success
-            assert info.owner == ME
-        with tcp(daemon) as remote:
-            # Anonymous may use the service (users is empty) and list, not control.
-            assert [t.owner for t in rpc(remote, "getClusterInfo").success.topologies] == \
-                [ME]
-            refused = rpc(remote, "killTopology", name="mine").aze
-            assert refused.msg == (f"'anonymous' may not call killTopology on topology "
-                                   f"{listed.id!r}: only its owner {ME!r}, admins and the "
-                                   "principals in its topology.users may")
-            assert rpc(remote, "getTopologyConf", id=listed.id).aze is not None
-            assert rpc(remote, "beginFileDownload", file=listed.id).aze is not None
+        port = port_of(daemon)
+        # A user may list, not control nor read another's topology.
+        assert [t.owner for t in call_as_nobody(port, "getClusterInfo").success
+                .topologies] == [ME]
+        refused = call_as_nobody(port, "killTopology", name="mine").aze
+        assert refused.msg == (f"{NOBODY!r} may not call killTopology on topology "
+                               f"{listed.id!r}: only its owner {ME!r}, admins and the "
+                               "principals in its topology.users may")
+        assert call_as_nobody(port, "getTopologyConf", id=listed.id).aze is not None
+        assert call_as_nobody(port, "beginFileDownload", file=listed.id).aze is not None
         assert daemon.store is not None
         assert daemon.store.topology(listed.id).status == "ACTIVE"     # unchanged
         with unix(daemon) as local:
@@ -110,21 +123,24 @@ def test_a_local_user_owns_what_it_submits_tcp_clients_may_not_touch_it(
                 for e in audit() if e["operation"] in ("submitTopology", "killTopology",
                                                          "killTopologyWithOpts")]
     assert outcomes == [("submitTopology", ME, "ok", "mine"),
-                        ("killTopology", "anonymous", "refused", "mine"),
+                        ("killTopology", NOBODY, "refused", "mine"),
                         ("killTopologyWithOpts", ME, "ok", "mine")]
-    tcp_refusal = next(e for e in audit() if e["principal"] == "anonymous")
+    tcp_refusal = next(e for e in audit() if e["principal"] == NOBODY)
     assert tcp_refusal["peer"].startswith("127.0.0.1:")
 
 
 def test_an_admin_controls_every_topology(daemons: Any) -> None:
-    daemon = daemons(admins=[ME])
+    daemon = daemons(admins=[ME], users=["alice"])
+    assert daemon.handler is not None
+    with request_as("alice"):           # alice's topology (through the handler itself)
+        location = upload(daemon.handler, make_zip())
+        daemon.handler.submitTopology("theirs", location, "{}", wordcount())
     with tcp(daemon) as remote:
-        assert submit(remote, "theirs").aze is None
         (listed,) = rpc(remote, "getClusterInfo").success.topologies
-        assert listed.owner == "anonymous"
+        assert listed.owner == "alice"
     with unix(daemon) as local:
         conf = json.loads(rpc(local, "getTopologyConf", id=listed.id).success)
-        assert conf["topology.submitter.user"] == "anonymous"
+        assert conf["topology.submitter.user"] == "alice"
         assert rpc(local, "deactivate", name="theirs").aze is None
     assert daemon.store is not None
     assert daemon.store.topology(listed.id).status == "INACTIVE"
@@ -202,7 +218,8 @@ def test_a_public_address_without_mutual_tls_is_refused(tmp_path: Path) -> None:
         "refusing to listen on 0.0.0.0, which is not a loopback address, without mutual "
         "TLS: set tls_cert_file, tls_key_file and tls_client_ca_file (--tls-cert, "
         "--tls-key, --tls-client-ca), or insecure: true (--insecure) to let anyone who "
-        "reaches the port submit code as 'anonymous'")
+        "reaches the port connect as 'anonymous' (who may call nothing unless "
+        "allow_anonymous is set)")
     assert not (tmp_path / "data").exists()         # refused before touching anything
 
 

@@ -30,6 +30,7 @@ def pki(tmp_path_factory) -> Any:
 def daemon(tmp_path: Path, pki: Any) -> Iterator[NimbusDaemon]:
     config = load_config(env={}, flags={"ui_port": 0,
         "data_dir": str(tmp_path / "data"), "port": 0, "admins": "ops",
+        "users": "alice,bob",
         "tls_cert_file": str(pki.server.cert), "tls_key_file": str(pki.server.key),
         "tls_client_ca_file": str(pki.ca.cert)})
     d = NimbusDaemon(config, launcher=FakeLauncher())

@@ -70,7 +70,7 @@ def test_lookups_over_tcp(daemons: Any) -> None:
     with tcp(daemon) as sock:
         tid = submit(sock, "wc")
         (listed,) = rpc(sock, "getTopologySummaries").success
-        assert (listed.id, listed.name, listed.owner) == (tid, "wc", "anonymous")
+        assert (listed.id, listed.name, listed.owner) == (tid, "wc", ME)
         assert rpc(sock, "getTopologySummary", id=tid).success == listed
         missing = rpc(sock, "getTopologySummaryByName", name="nope")
         assert missing.success is None and missing.e.msg == "no topology named 'nope'"

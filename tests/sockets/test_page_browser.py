@@ -28,6 +28,7 @@ from support.browser import WAIT_S, browser, severe_console_lines  # noqa: F401
 from support.nimbus import FakeLauncher, N, make_zip, tcp, wordcount
 from support.rawthrift import frame, message, roundtrip
 from nimbus_thrift.nimbus import NimbusDaemon, load_config
+from nimbus_thrift.nimbus.authz import daemon_principal
 from nimbus_thrift.nimbus.launcher import ComponentStats, RunStatus
 
 REPLY = 2
@@ -168,7 +169,7 @@ def test_the_table_lists_the_topologies_with_their_figures(browser: WebDriver,
     assert cell(browser, first, "name") == "wordcount"
     assert cell(browser, second, "name") == "clicks"
     assert cell(browser, first, "status") == "ACTIVE"
-    assert cell(browser, first, "owner") == "anonymous"
+    assert cell(browser, first, "owner") == daemon_principal()    # loopback: the OS user
     # wordcount(): split 2 and count 3 executors, and the spout's 1.
     assert (cell(browser, first, "executors"), cell(browser, first, "tasks")) == ("6", "6")
     assert browser.find_element(By.ID, "cluster-topologies").text == "2"

@@ -10,6 +10,7 @@ import ssl
 from pathlib import Path
 from typing import Any
 
+from nimbus_thrift.nimbus.authz import daemon_principal
 from nimbus_thrift.nimbus.config import load_config
 from nimbus_thrift.nimbus.handler import NimbusHandler
 from nimbus_thrift.nimbus.launcher import ComponentStats, RunStatus, WorkerNode
@@ -18,6 +19,10 @@ from nimbus_thrift.nimbus.web import WebApp
 from nimbus_thrift.nimbus.web.messages import HttpError, Request, Response
 
 from support.nimbus import FakeClock, FakeLauncher, N, make_zip, request_as, upload, wordcount
+
+#: Who a browser on the daemon's machine is by default: the OS user running the tests,
+#: which is also the daemon's (on loopback the kernel names the client's user).
+LOCAL = daemon_principal()
 
 #: A traceback as the runner reports an error in user code (W2's figures: the frames
 #: in the user's own files).
@@ -71,7 +76,7 @@ class WebEnv:
         self.handler.close()
         self.store.close()
 
-    def submit(self, name: str = "wc", principal: str | None = None,
+    def submit(self, name: str = "wc", principal: str | None = LOCAL,
                conf: dict[str, Any] | None = None) -> str:
         with request_as(principal):
             location = upload(self.handler, make_zip())
@@ -93,7 +98,7 @@ class WebEnv:
         self.launcher.stats[topology_id] = stats
         return stats
 
-    def request(self, method: str, target: str, *, principal: str | None = None,
+    def request(self, method: str, target: str, *, principal: str | None = LOCAL,
                 body: bytes = b"", headers: dict[str, str] | None = None) -> Response:
         request = Request(method, target, {"host": "127.0.0.1:8080", **(headers or {})},
                           body, "127.0.0.1:50000", principal, "http")
@@ -102,11 +107,11 @@ class WebEnv:
         except HttpError as error:
             return error.response()
 
-    def get(self, target: str, *, principal: str | None = None) -> tuple[int, Any]:
+    def get(self, target: str, *, principal: str | None = LOCAL) -> tuple[int, Any]:
         response = self.request("GET", target, principal=principal)
         return response.status, json.loads(response.body)
 
-    def post(self, target: str, *, principal: str | None = None, body: bytes = b"",
+    def post(self, target: str, *, principal: str | None = LOCAL, body: bytes = b"",
              token: str | None = "", headers: dict[str, str] | None = None
              ) -> tuple[int, Any]:
         sent = dict(headers or {})

@@ -75,7 +75,9 @@ class Env:
 
 @pytest.fixture
 def env(tmp_path: Path) -> Env:
-    return Env(tmp_path / "data", admins=["root"])
+    # Everyone the tests call as may use the service (users), then the blob ACLs decide.
+    return Env(tmp_path / "data", admins=["root"],
+               users=["alice", "bob", "reader", "writer", "stranger"])
 
 
 def ace(kind: int, name: str | None, access: int) -> Any:

@@ -2,7 +2,9 @@
 fakes: every method of service Nimbus, by its rule in the table, for each kind of
 principal (the owner, another user, an admin, a principal in topology.users, one in
 topology.readonly.users, one not in users, anonymous). A refused call answers the IDL's
-AuthorizationException, changes nothing, and is an audit event."""
+AuthorizationException, changes nothing, and is an audit event. And the default policy:
+with no users, the daemon's own OS user and the admins; anonymous nowhere unless
+allow_anonymous; no certificate for a reserved name."""
 
 from __future__ import annotations
 
@@ -18,14 +20,15 @@ from thriftpy2.thrift import TApplicationException
 from support.nimbus import (FakeClock, FakeLauncher, N, audit_events, make_zip, request_as,
                             upload, wordcount)
 from nimbus_thrift.nimbus import authz as authz_module
-from nimbus_thrift.nimbus.authz import (ANONYMOUS, METHODS, Authorizer, Call, Rule,
-                                        TopologyAcl, Unauthorized, daemon_principal,
-                                        principals_in)
+from nimbus_thrift.nimbus.authz import (ANONYMOUS, METHODS, Authorizer, Call,
+                                        CertificatePrincipals, Rule, TopologyAcl,
+                                        Unauthorized, daemon_principal, principals_in)
 from nimbus_thrift.nimbus.config import load_config
 from nimbus_thrift.nimbus.handler import NimbusHandler
 from nimbus_thrift.nimbus.spark import submit as submit_module
 from nimbus_thrift.nimbus.store import Store
 from nimbus_thrift.nimbus.wire_errors import declared_exceptions
+from nimbus_thrift.rpc.tls import CertificateRefused
 
 #: The kinds of principal, and who plays each. None is a request without a principal
 #: (plain TCP): the daemon calls it "anonymous".
@@ -327,30 +330,81 @@ def test_method_by_principal(scene: Scene, case: Case, who: str) -> None:
 
 # --- the rules' edges ---------------------------------------------------------------------
 
-def test_empty_users_lets_every_principal_use_the_service_not_control_topologies(
-        tmp_path: Path) -> None:
-    s = Scene(tmp_path / "data", users=[])
+def _handler(tmp_path: Path, **settings: Any) -> tuple[NimbusHandler, Store]:
+    config = load_config(env={}, flags={"data_dir": str(tmp_path), "launcher": "none",
+                                        **settings})
+    store = Store(tmp_path / "nimbus.sqlite3")
+    handler = NimbusHandler(N, config, store, FakeLauncher(), clock=FakeClock())
+    handler.recover()
+    return handler, store
+
+
+def test_empty_users_means_the_daemons_own_user_and_the_admins(tmp_path: Path) -> None:
+    handler, store = _handler(tmp_path, admins=["ops"])
+    me = daemon_principal()
     try:
-        for principal in ("eve", None):
+        for principal in (me, "ops"):
             with request_as(principal):
-                s.handler.getClusterInfo()
-                location = upload(s.handler, make_zip())
-                s.handler.submitTopology(f"t-{principal}", location, "{}", wordcount())
-                with pytest.raises(N.AuthorizationException):
-                    s.handler.killTopology("wc")
-        owners = {t.name: t.owner for t in s.handler.getClusterInfo().topologies}
-        assert owners == {"wc": "alice", "t-eve": "eve", "t-None": "anonymous"}
+                handler.getClusterInfo()
+                location = upload(handler, make_zip())
+                handler.submitTopology(f"t-{principal}", location, "{}", wordcount())
+        # Anyone else on the machine (another OS user, or a certificate's CN) is refused,
+        # reads included, with a message that names no principal of the daemon's.
+        for principal in ("eve", None):
+            with request_as(principal), pytest.raises(N.AuthorizationException) as info:
+                handler.getClusterInfo()
+            assert me not in info.value.msg.replace(f"{principal!r}", "") \
+                and "ops" not in info.value.msg, info.value.msg
+        with request_as("eve"), pytest.raises(N.AuthorizationException) as info:
+            handler.beginFileUpload()
+        assert info.value.msg == ("'eve' may not call beginFileUpload: only the daemon's "
+                                  "own OS user and admins may use this nimbus (users is "
+                                  "not set)")
+        owners = {t.name: t.owner for t in handler.getClusterInfo().topologies}
+        assert owners == {f"t-{me}": me, "t-ops": "ops"}
+    finally:
+        handler.close()
+        store.close()
+
+
+def test_anonymous_may_call_nothing_unless_allow_anonymous(tmp_path: Path) -> None:
+    # Not even named in admins and users: without allow_anonymous, nobody identified
+    # is let in, for reads too.
+    s = Scene(tmp_path / "data", users=["alice", "anonymous"], admins=["anonymous"])
+    try:
+        before = s.state()
+        for call in (s.handler.getClusterInfo, s.handler.getNimbusConf,
+                     lambda: s.handler.getTopologyInfo(s.tid),
+                     lambda: s.handler.killTopology("wc"), s.handler.beginFileUpload):
+            with request_as(None), pytest.raises(N.AuthorizationException) as info:
+                call()
+            assert "allow_anonymous is off" in info.value.msg, info.value.msg
+        assert s.state() == before
     finally:
         s.close()
-
-
-def test_anonymous_is_a_principal_like_any_other(tmp_path: Path) -> None:
-    s = Scene(tmp_path / "data", users=["alice", "anonymous"], admins=["anonymous"])
+    # With it, anonymous is a principal like any other: here an admin.
+    s = Scene(tmp_path / "data2", users=["alice"], admins=["anonymous"],
+              allow_anonymous=True)
     try:
         with request_as(None):
             s.handler.getClusterInfo()
             s.handler.killTopologyWithOpts("wc", N.KillOptions(wait_secs=0))
         assert s.store.topologies()[0].status == "KILLED"
+    finally:
+        s.close()
+
+
+def test_allowed_anonymous_counts_as_a_user_and_owns_what_it_submits(
+        tmp_path: Path) -> None:
+    s = Scene(tmp_path / "data", allow_anonymous=True)       # users: alice's and others
+    try:
+        with request_as(None):
+            s.handler.getClusterInfo()
+            location = upload(s.handler, make_zip())
+            s.handler.submitTopology("anon", location, "{}", wordcount())
+            with pytest.raises(N.AuthorizationException, match="only its owner 'alice'"):
+                s.handler.killTopology("wc")
+        assert s.store.topology_named("anon").owner == ANONYMOUS
     finally:
         s.close()
 
@@ -552,6 +606,60 @@ def test_unauthorized_carries_its_data() -> None:
     authz.check(Call("getTopologyConf", "carol", "p", {}), acl)
     authz.check(Call("killTopology", "root", "p", {}), acl)
     authz.check(Call("killTopology", None, None, {}), acl)      # the daemon itself
+
+
+def test_the_default_users_are_the_daemons_user_and_the_admins() -> None:
+    authz = Authorizer(admins=["ops"], daemon_user="nimbus")
+    assert [p for p in ("nimbus", "ops", "root", "alice", ANONYMOUS)
+            if authz.may_use(p)] == ["nimbus", "ops"]
+    named = Authorizer(admins=["ops"], users=["alice"], daemon_user="nimbus")
+    assert [p for p in ("nimbus", "ops", "alice", ANONYMOUS) if named.may_use(p)] == \
+        ["ops", "alice"]
+    allowed = Authorizer(users=["alice"], daemon_user="nimbus", allow_anonymous=True)
+    assert allowed.may_use(ANONYMOUS)
+
+
+def test_anonymous_gets_nothing_from_any_rule_without_allow_anonymous() -> None:
+    acl = TopologyAcl.of("wc-1-1", ANONYMOUS, {"topology.users": [ANONYMOUS],
+                                               "topology.readonly.users": [ANONYMOUS]})
+    closed = Authorizer(admins=[ANONYMOUS], users=[ANONYMOUS], daemon_user="nimbus")
+    assert not closed.is_admin(ANONYMOUS)
+    assert not closed.may_use(ANONYMOUS)
+    assert not closed.may_control(ANONYMOUS, acl) and not closed.may_read(ANONYMOUS, acl)
+    assert not closed.may_use_upload(ANONYMOUS, ANONYMOUS)
+    assert not closed.may_use_download(ANONYMOUS, ANONYMOUS)
+    for operation, topology in (("getClusterInfo", None), ("getTopologyConf", acl),
+                                ("killTopology", acl), ("getSupervisorAssignments", None)):
+        with pytest.raises(Unauthorized, match="allow_anonymous is off"):
+            closed.check(Call(operation, ANONYMOUS, "p", {}), topology)
+    with pytest.raises(Unauthorized, match="allow_anonymous is off"):
+        closed.check_upload(Call("uploadChunk", ANONYMOUS, "p", {}), "/d/inbox/u.zip",
+                            ANONYMOUS)
+    with pytest.raises(Unauthorized, match="allow_anonymous is off"):
+        closed.check_download(Call("downloadChunk", ANONYMOUS, "p", {}), "s", ANONYMOUS)
+    opened = Authorizer(admins=[ANONYMOUS], daemon_user="nimbus", allow_anonymous=True)
+    assert opened.is_admin(ANONYMOUS) and opened.may_control(ANONYMOUS, acl)
+
+
+@pytest.mark.parametrize("cn, reason", [("root", "the superuser's name"),
+                                        ("anonymous", "the name of callers nobody "
+                                                      "identified"),
+                                        ("nimbus", "the daemon's own OS user")])
+def test_a_certificate_may_not_claim_a_reserved_name(cn: str, reason: str) -> None:
+    mapping = CertificatePrincipals("nimbus")
+    with pytest.raises(CertificateRefused) as info:
+        mapping({"subject": ((("organizationName", "x"),), (("commonName", cn),))})
+    assert (info.value.principal, info.value.reason) == (
+        cn, f"it is {reason}, which no certificate may claim")
+    assert str(info.value) == (f"client certificate for {cn!r} refused: it is {reason}, "
+                               "which no certificate may claim")
+
+
+def test_a_certificate_is_its_cn_otherwise() -> None:
+    mapping = CertificatePrincipals("nimbus")
+    assert mapping({"subject": ((("commonName", "alice"),),)}) == "alice"
+    assert mapping({"subject": ((("commonName", "Root"),),)}) == "Root"   # another name
+    assert mapping({"subject": ((("organizationName", "x"),),)}) is None  # anonymous
 
 
 # --- topologies do not inherit the daemon's secrets ---------------------------------------

@@ -55,7 +55,8 @@ class Env:
         self.clock = FakeClock()
         self.launcher = RunningLauncher(self.clock)
         self.config = load_config(env={}, flags={"data_dir": str(data_dir),
-                                                 "launcher": "none", "admins": ["root"]})
+                                                 "launcher": "none", "admins": ["root"],
+                                                 "users": ["reader", "stranger"]})
         self.store = Store(data_dir / "nimbus.sqlite3")
         self.handler = NimbusHandler(N, self.config, self.store, self.launcher, clock=self.clock)
         self.handler.recover()

@@ -209,7 +209,7 @@ def test_tls_port_is_the_port_when_tls_is_on(tmp_path: Path) -> None:
 # --- history and owners -------------------------------------------------------------------
 
 def test_history_lists_what_the_user_may_read(tmp_path: Path) -> None:
-    e = Env(tmp_path / "data", admins=["ops"])
+    e = Env(tmp_path / "data", admins=["ops"], users=["alice", "bob", "carol", "mallory"])
     try:
         with request_as("alice"):
             mine = e.submit("mine", {"topology.readonly.users": ["carol"]})
@@ -227,7 +227,7 @@ def test_history_lists_what_the_user_may_read(tmp_path: Path) -> None:
 
 
 def test_owner_resource_summaries(tmp_path: Path) -> None:
-    e = Env(tmp_path / "data")
+    e = Env(tmp_path / "data", users=["alice", "bob"])
     try:
         with request_as("alice"):
             e.submit("a1", {"topology.workers": 2, "fake.memory.bytes": 512 * MB})

@@ -19,7 +19,7 @@ from nimbus_thrift.nimbus.web.static import StaticFiles
 from nimbus_thrift.nimbus.web.storm_api import pretty_secs
 
 from support.nimbus import request_as
-from support.web import ERROR_TEXT, WebEnv
+from support.web import ERROR_TEXT, LOCAL, WebEnv
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def env(tmp_path: Path) -> Iterator[WebEnv]:
 def _info_rows(env: WebEnv, topology_id: str) -> dict[str, dict[str, object]]:
     """Per component what ``nimbus-thrift info --json`` prints (render.component_rows)."""
     from nimbus_thrift.render import component_rows
-    with request_as(None):
+    with request_as(LOCAL):
         info = env.handler.getTopologyInfo(topology_id)
     return {row["component"]: row for row in component_rows(info)}
 
@@ -156,8 +156,8 @@ def test_reads_are_authorized_as_their_idl_methods(tmp_path: Path) -> None:
         status, body = env.get(f"/api/v1/topology/{tid}", principal="bob")
         assert (status, body["error"]) == (403, "403 Forbidden")
         assert env.get("/api/v1/cluster/summary", principal="mallory")[0] == 403
-        # Plain HTTP has no principal: anonymous, as plain TCP on the Thrift side.
-        assert env.get("/api/v1/cluster/summary")[0] == 403
+        # No principal (plain HTTP from another machine): anonymous, refused.
+        assert env.get("/api/v1/cluster/summary", principal=None)[0] == 403
     finally:
         env.close()
 
@@ -283,9 +283,9 @@ def test_metrics_show_the_thrift_server_and_its_methods(env: WebEnv) -> None:
                                                     tuple(counts), 12.5)}
 
     from nimbus_thrift.nimbus.web import WebApp
-    app = WebApp(env.handler, server=FakeServer)
+    env.app = WebApp(env.handler, server=FakeServer)
     families = {f.name: f for f in text_string_to_metric_families(
-        app.metrics.scrape(None, {}).body.decode())}     # type: ignore[arg-type]
+        env.request("GET", "/metrics").body.decode())}
     assert families["nimbus_thrift_connections_accepted"].samples[0].value == 2
     assert families["nimbus_thrift_read_buffer_reserved_peak_bytes"].samples[0].value == 6
     calls = {s.labels["outcome"]: s.value for s in families["nimbus_thrift_requests"].samples

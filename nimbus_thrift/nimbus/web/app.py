@@ -67,11 +67,15 @@ class WebApp:
 def make_web_server(handler: Any, server: Callable[[], Any], *, host: str, port: int,
                     ssl_context: ssl.SSLContext | None,
                     principal_from_cert: PrincipalFromCert | None = None,
+                    identify_local_peers: bool = False,
                     limits: HttpLimits | None = None) -> HttpServer:
     """The daemon's HTTP side (not started): its page, Storm's REST API and /metrics
-    for ``handler`` and the Thrift ``server`` (a callable: the daemon's current one)."""
+    for ``handler`` and the Thrift ``server`` (a callable: the daemon's current one);
+    principals as the Thrift side's (``principal_from_cert``, ``identify_local_peers``:
+    see httpserver.py)."""
     http: HttpServer | None = None
     app = WebApp(handler, server=server, http_counters=lambda: http.counters if http else None)
     http = HttpServer(app, host=host, port=port, ssl_context=ssl_context,
-                      principal_from_cert=principal_from_cert, limits=limits)
+                      principal_from_cert=principal_from_cert,
+                      identify_local_peers=identify_local_peers, limits=limits)
     return http

@@ -15,9 +15,13 @@ they are accepted; a request must arrive whole (TLS handshake, head and body) wi
 runs on a small thread pool, so a slow call (SQLite, a launcher) never blocks the loop
 and a flood of requests waits its turn (one per connection at most).
 
-TLS: the listener accepts plain TCP and upgrades each counted connection with the
-daemon's SSLContext (same certificate, same required client certificates); the
-principal is the Thrift side's, from :func:`nimbus_thrift.rpc.tls.principal_of`.
+Principals, as on the Thrift side: with ``identify_local_peers``, a client on loopback
+is the OS user owning its socket (:mod:`nimbus_thrift.rpc.localpeer`; a browser runs
+as its user); with TLS (the listener accepts plain TCP and upgrades each counted
+connection with the daemon's SSLContext: same certificate, same required client
+certificates) a verified certificate's principal wins, from
+:func:`nimbus_thrift.rpc.tls.principal_of`, and a certificate the mapping refuses
+(:class:`~nimbus_thrift.rpc.tls.CertificateRefused`) is closed after the handshake.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from typing import Callable, cast
 
 import structlog
 
-from ...rpc.tls import PrincipalFromCert, principal_of
+from ...rpc.localpeer import PeerLookup
+from ...rpc.tls import CertificateRefused, PrincipalFromCert, principal_of
 from .http11 import Closed, Http11
 from .limits import BACKLOG, HttpLimits
 from .messages import HttpError, Request, Response
@@ -87,12 +92,15 @@ class HttpServer:
     def __init__(self, app: App, *, host: str, port: int,
                  ssl_context: ssl.SSLContext | None = None,
                  principal_from_cert: PrincipalFromCert | None = None,
+                 identify_local_peers: bool = False,
                  limits: HttpLimits | None = None):
         self.app = app
         self.host = host
         self.port = port
         self.ssl_context = ssl_context
         self.principal_from_cert = principal_from_cert
+        #: Used on the loop's thread only (its netlink socket closes with the loop).
+        self._peer_lookup = PeerLookup() if identify_local_peers else None
         self.limits = limits or HttpLimits()
         self.counters = HttpCounters()
         self.address: tuple[str, int] | None = None
@@ -158,6 +166,8 @@ class HttpServer:
         finally:
             ready.set()             # also when serving failed before it was ready
             loop.close()
+            if self._peer_lookup is not None:
+                self._peer_lookup.close()
 
     async def _serve(self, sock: socket.socket, ready: threading.Event) -> None:
         self._stopped = asyncio.Event()
@@ -202,6 +212,10 @@ class HttpServer:
         peername = writer.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if peername else ""
         principal = None
+        if self._peer_lookup is not None:
+            # Synchronous on the loop's thread: one netlink request (rpc/localpeer.py).
+            principal = self._peer_lookup.user(peername,
+                                               writer.get_extra_info("sockname"))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.header_timeout
         if self.ssl_context is not None:
@@ -216,7 +230,14 @@ class HttpServer:
                 return
             ssl_object = writer.get_extra_info("ssl_object")
             # The same mapping from certificate to principal as the Thrift side's.
-            principal = principal_of(ssl_object, self.principal_from_cert)
+            try:
+                certified = principal_of(ssl_object, self.principal_from_cert)
+            except CertificateRefused as exc:
+                log.warning("http_tls_client_refused", peer=peer, principal=exc.principal,
+                            reason=exc.reason)
+                return
+            if certified is not None:
+                principal = certified
         http = Http11(self.limits, peer=peer, principal=principal, scheme=self.scheme)
         idle = False                 # the first request gets header_timeout from accept
         while True:
