@@ -129,10 +129,17 @@ def component_rows(info: Any) -> list[dict[str, Any]]:
     return [rows[k] for k in sorted(rows)]
 
 
+#: Where the spark launcher puts a topology's Spark UI in its ``sched_status``: in the
+#: launcher's own words, before the first ``;`` (what follows it may quote the
+#: topology's errors, which could name any address).
+_SPARK_UI = re.compile(r"^\w+: [^;]*?, Spark UI (https?://[^\s,;]+)(?=;|$)")
+
+
 def spark_ui(sched_status: str | None) -> str:
     """The Spark UI address the spark launcher puts in a ``sched_status``
-    (``running: batch 12, 3.4k tuples/s, Spark UI http://127.0.0.1:4051``), or ``""``."""
-    match = re.search(r"\bSpark UI (https?://[^\s,;]+)", sched_status or "")
+    (``running: batch 12, 3.4k tuples/s, Spark UI http://127.0.0.1:4051``) when the
+    topology turned its UI on, or ``""`` (the UI is off by default)."""
+    match = _SPARK_UI.match(sched_status or "")
     return match.group(1) if match else ""
 
 

@@ -101,7 +101,7 @@ def test_wordcount_runs_pauses_resumes_survives_daemon_restart_and_dies_clean(
 
         info = client.getTopologyInfo(topology_id)
         assert info.sched_status.startswith("running:"), info.sched_status
-        assert "Spark UI http://127.0.0.1:" in info.sched_status
+        assert "Spark UI" not in info.sched_status        # off unless its conf asks
         components = {e.component_id for e in info.executors}
         assert components == {"sentences", "split", "count", "sink"}
         emitted = sum(e.stats.emitted[":all-time"]["default"] for e in info.executors

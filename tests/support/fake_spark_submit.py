@@ -121,10 +121,12 @@ def main(argv: list[str]) -> int:
     spec = json.loads((work / "spec.json").read_text())
     components = sorted(spec["components"])
     port = settings.get("spark.ui.port", "4040")
+    ui = settings.get("spark.ui.enabled", "true") == "true"    # Spark's default: on
     started = time.time()
     status = {"state": "starting", "pid": os.getpid(), "updated_at": started,
               "started_at": started, "app_id": f"local-{int(started * 1000)}",
-              "ui_url": f"http://127.0.0.1:{port}", "batch_id": -1, "batch_ms": 0.0,
+              "ui_url": f"http://127.0.0.1:{port}" if ui else "", "batch_id": -1,
+              "batch_ms": 0.0,
               "components": {}, "error": "", "error_component": ""}
 
     def publish(**changes: object) -> None:

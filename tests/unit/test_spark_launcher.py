@@ -179,7 +179,8 @@ def test_command_line_on_a_local_master(tmp_path: Path, no_java_variables: None)
         "spark.executor.memory": "2g", "spark.sql.shuffle.partitions": 4,
         "spark.dynamicAllocation.enabled": False, "spark.ui.port": 1,
         "spark.driver.host": "10.0.0.5", "spark.nested": {"no": 1}, "topology.workers": 2,
-        "storm.whatever": "x", "spark.hadoop.fs.s3a.secret.key": "s3cr3t"}), work, 4567, 2)
+        "storm.whatever": "x", "spark.hadoop.fs.s3a.secret.key": "s3cr3t",
+        "spark.ui.killEnabled": True}), work, 4567, 2)
     properties = work / "spark.properties"
     assert command == [sys.executable, str(FAKE), "--master", "local[2]",
                        "--name", "topology-wc", "--properties-file", str(properties),
@@ -189,7 +190,7 @@ def test_command_line_on_a_local_master(tmp_path: Path, no_java_variables: None)
     assert not any(word in " ".join(command) for word in ("s3cr3t", "2g", "--conf"))
     assert stat.S_IMODE(properties.stat().st_mode) == 0o600
     assert _confs(command) == {
-        "spark.ui.port": "4567",                        # ours: the UI is read back
+        "spark.ui.enabled": "false",                    # no UI unless the topology asks
         "spark.driver.host": "10.0.0.5",                # the topology's wins otherwise
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.ui.showConsoleProgress": "false",
@@ -197,7 +198,10 @@ def test_command_line_on_a_local_master(tmp_path: Path, no_java_variables: None)
         "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
         "spark.executor.memory": "2g", "spark.sql.shuffle.partitions": "4",
         "spark.dynamicAllocation.enabled": "false",   # no cores.max on a local master
-        "spark.hadoop.fs.s3a.secret.key": "s3cr3t"}
+        "spark.hadoop.fs.s3a.secret.key": "s3cr3t",
+        # Ours whatever the topology says: its UI port is read back, a UI never kills
+        # jobs.
+        "spark.ui.killEnabled": "false"}
 
 
 ARCHIVE = "-XX:SharedArchiveFile=/cache/driver-1.jsa"
@@ -402,7 +406,9 @@ def test_last_stderr_line(tmp_path: Path) -> None:
 def test_launch_starting_then_running(tmp_path: Path, launchers: Launchers) -> None:
     cfg = config(tmp_path)
     launcher = launchers(cfg)
-    spec = launch_spec(cfg, behaviour={"gate_start": True, "gate_run": True})
+    # With the Spark UI it asked for (off by default: see the test after this one).
+    spec = launch_spec(cfg, behaviour={"gate_start": True, "gate_run": True},
+                       conf={"spark.ui.enabled": True})
     began = time.monotonic()
     launcher.launch(spec)
     assert time.monotonic() - began < 5      # never waits for Spark to start
@@ -448,6 +454,33 @@ def test_launch_starting_then_running(tmp_path: Path, launchers: Launchers) -> N
     assert status.components["split"].rate == 2000.0
     assert status.components["split"].latency_ms == 50.0
     assert len(invocations(spec)) == 1
+    assert invocations(spec)[0]["confs"]["spark.ui.port"] == str(port)
+
+
+def test_the_spark_ui_is_off_unless_the_topology_turns_it_on(
+        tmp_path: Path, launchers: Launchers) -> None:
+    cfg = config(tmp_path)
+    launcher = launchers(cfg)
+    spec = launch_spec(cfg, conf={"spark.ui.port": 4040})
+    launcher.launch(spec)
+    status = wait_for(state_is(launcher, spec, "running"), "running")
+    (invocation,) = invocations(spec)
+    assert invocation["confs"]["spark.ui.enabled"] == "false"
+    assert "spark.ui.port" not in invocation["confs"]          # no port taken for it
+    assert json.loads((spec.work_dir / "launch.json").read_text())["ui_port"] == 0
+    assert re.fullmatch(r"running: batch \d+, 2\.0k tuples/s", status.detail), \
+        status.detail
+    assert (status.port, status.ui_url) == (0, "")
+    # A status file naming a UI anyway is not believed: the launcher turned it off.
+    status_file = spec.work_dir / "status.json"
+    raw = json.loads(status_file.read_text())
+    launcher.pause(spec.topology_id)
+    wait_for(state_is(launcher, spec, "paused"), "paused")
+    raw.update(state="paused", ui_url="http://127.0.0.1:4040")
+    status_file.write_text(json.dumps(raw))
+    status = launcher.status(spec.topology_id)
+    assert "Spark UI" not in status.detail and status.ui_url == ""
+    assert render.spark_ui(status.detail) == ""
 
 
 def test_pause_and_resume(tmp_path: Path, launchers: Launchers) -> None:
@@ -457,12 +490,12 @@ def test_pause_and_resume(tmp_path: Path, launchers: Launchers) -> None:
     launcher.launch(spec)
     assert RunDir(spec.work_dir).control_state() == "paused"
     status = wait_for(state_is(launcher, spec, "paused"), "paused")
-    assert status.detail.startswith("paused: spouts stopped, no batch yet, Spark UI http://")
+    assert status.detail == "paused: spouts stopped, no batch yet"     # and no UI
     launcher.resume(spec.topology_id)
     wait_for(state_is(launcher, spec, "running"), "running")
     launcher.pause(spec.topology_id)
     status = wait_for(state_is(launcher, spec, "paused"), "paused again")
-    assert re.match(r"paused: spouts stopped, batch \d+, Spark UI", status.detail)
+    assert re.fullmatch(r"paused: spouts stopped, batch \d+", status.detail)
     assert len(invocations(spec)) == 1
 
 
@@ -516,7 +549,7 @@ def test_stop_escalates_to_sigkill_and_leaves_nothing(tmp_path: Path,
 def test_a_restarted_daemon_adopts_what_runs(tmp_path: Path, launchers: Launchers) -> None:
     cfg = config(tmp_path)
     first = launchers(cfg)
-    spec = launch_spec(cfg)
+    spec = launch_spec(cfg, conf={"spark.ui.enabled": True})       # its UI port is kept
     first.launch(spec)
     wait_for(state_is(first, spec, "running"), "running")
     first.close()                                       # the daemon goes; Spark stays
@@ -617,7 +650,7 @@ def test_a_failed_application_is_relaunched_from_its_checkpoint(
     launcher.launch(spec)
     status = wait_for(lambda: (s := launcher.status(spec.topology_id)).state == "running"
                       and len(invocations(spec)) == 2 and s, "the relaunch")
-    assert re.fullmatch(r"running: batch \d+, 2\.0k tuples/s, Spark UI http://\S+; "
+    assert re.fullmatch(r"running: batch \d+, 2\.0k tuples/s; "
                         r"relaunched from the checkpoint after a failure \(1 of 2\): the Spark "
                         r"application exited without a final status \(running\): "
                         r"ValueError: bad word 'x' \(exit code 3; see \S+\)",
@@ -658,8 +691,7 @@ def test_rebalance_rewrites_the_spec_and_relaunches(tmp_path: Path,
     run_spec = RunSpec.read(RunDir(spec.work_dir).spec)
     assert run_spec.components["split"].parallelism == 1
     (first, second) = wait_for(lambda: (i := invocations(spec))[1:] and i, "the relaunch")
-    assert second["pid"] != old and second["confs"] == first["confs"] | {
-        "spark.ui.port": second["confs"]["spark.ui.port"]}
+    assert second["pid"] != old and second["confs"] == first["confs"]
     assert RunDir(spec.work_dir).control_state() == "active"
     status = wait_for(state_is(launcher, spec, "running"), "running again")
     assert "relaunched" not in status.detail
@@ -818,11 +850,11 @@ def test_handler_with_the_spark_launcher(tmp_path: Path, launchers: Launchers) -
         info = wait_for(lambda: (i := handler.getTopologyInfo(summary.id)).sched_status
                         .startswith("running:") and i, "running")
         assert {e.component_id for e in info.executors} == {"sentences", "split"}
-        ui = render.spark_ui(info.sched_status)
-        port = int(ui.rpartition(":")[2])
-        assert {(e.host, e.port) for e in info.executors} == {("127.0.0.1", port)}
+        # No Spark UI (off by default): no port, and the CLI names none.
+        assert render.spark_ui(info.sched_status) == ""
+        assert {(e.host, e.port) for e in info.executors} == {("127.0.0.1", 0)}
         text = render.info_text(info)
-        assert f"\nspark ui:   {ui}\n" in text
+        assert "spark ui:" not in text
         assert re.search(r"^split +2 +2 +[\d,]+ +[\d,]+ +2,000\.0 +50\.0$", text, re.M), text
         (node,) = handler.getClusterInfo().supervisors
         assert node.num_used_workers >= 1

@@ -19,7 +19,7 @@ from nimbus_thrift.nimbus.spark import properties as props
 from nimbus_thrift.nimbus.spark.properties import (escape, parse_properties,
                                                    properties_text, spark_defaults,
                                                    write_properties)
-from nimbus_thrift.nimbus.spark.submit import spark_confs
+from nimbus_thrift.nimbus.spark.submit import spark_confs, ui_enabled, ui_port_for
 from nimbus_thrift.runner.spec import RunSpec, from_plan
 from nimbus_thrift.topology.validate import check_topology
 
@@ -172,11 +172,29 @@ def _spec(conf: dict[str, Any] | None = None) -> RunSpec:
     return from_plan("wc-1-1", "wc", plan)
 
 
-def test_defaults_then_the_launchers_then_the_topologys(tmp_path: Path) -> None:
-    defaults = {"spark.eventLog.enabled": "true", "spark.driver.host": "10.0.0.1",
-                "spark.executor.memory": "1g"}
-    confs = spark_confs("local[2]", _spec({"spark.executor.memory": "2g"}),
+def test_defaults_then_the_launchers_then_the_topologys_then_the_reserved(
+        tmp_path: Path) -> None:
+    defaults = {"spark.eventLog.enabled": "true", "spark.ui.enabled": "true",
+                "spark.driver.host": "10.0.0.1", "spark.executor.memory": "1g"}
+    confs = spark_confs("local[2]", _spec({"spark.executor.memory": "2g",
+                                           "spark.ui.killEnabled": "true"}),
                         tmp_path, 0, 1, defaults=defaults)
     assert confs["spark.eventLog.enabled"] == "true"          # the operator's stays
-    assert confs["spark.driver.host"] == "127.0.0.1"          # the launcher's over it
+    assert confs["spark.ui.enabled"] == "false"               # the launcher's over it
+    assert confs["spark.driver.host"] == "127.0.0.1"
     assert confs["spark.executor.memory"] == "2g"             # the topology's over both
+    assert confs["spark.ui.killEnabled"] == "false"           # reserved over all
+
+
+@pytest.mark.parametrize("value, on", [(True, True), ("true", True), (" TRUE ", True),
+                                       (False, False), ("false", False), ("yes", False)])
+def test_the_ui_is_on_only_when_the_topology_says_so(tmp_path: Path, value: Any,
+                                                     on: bool) -> None:
+    spec = _spec({"spark.ui.enabled": value})
+    assert ui_enabled(spec) is on
+    port = ui_port_for(spec)
+    assert (port > 0) is on
+    confs = spark_confs("local[2]", spec, tmp_path, port, 1)
+    assert ("spark.ui.port" in confs) is on
+    assert confs["spark.ui.killEnabled"] == "false"
+    assert ui_port_for(_spec()) == 0 and not ui_enabled(_spec())

@@ -42,7 +42,7 @@ class Run:
     pid: int = 0                       # the JVM (spark-submit execs); 0: never started
     start_ticks: int = 0
     popen: subprocess.Popen[bytes] | None = None    # None when adopted
-    ui_port: int = 0
+    ui_port: int = 0                   # its Spark UI's; 0: the UI is off (the default)
     command: list[str] = field(default_factory=list)
     launched_at: float = 0.0
     num_workers: int = 1

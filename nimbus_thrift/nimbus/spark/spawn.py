@@ -28,8 +28,8 @@ from .processes import proc_info
 from .records import Run
 from .status import BANNER
 from .properties import spark_defaults, write_properties
-from .submit import (SPARK_MAIN, environment, free_port, log_file, spark_confs,
-                     submit_command)
+from .submit import (SPARK_MAIN, environment, log_file, spark_confs, submit_command,
+                     ui_port_for)
 
 log = structlog.get_logger(__name__)
 
@@ -132,7 +132,7 @@ class Spawner:
         if not self.config.spark_submit and not SPARK_MAIN.is_file():
             run.launch_error = f"the runner {SPARK_MAIN} is missing"
             raise LauncherError(f"the runner {SPARK_MAIN} is missing from this installation")
-        ui_port = free_port()
+        ui_port = ui_port_for(run_spec)           # 0: the Spark UI is off
         self.archives.done(run)                     # what the last launch recorded
         archive_options, archive, class_list = self.archives.options(run, run_spec)
         command = self.command(run_spec, rd.root, ui_port, run.num_workers,

@@ -83,7 +83,7 @@ class StandbyApp:
     pid: int
     start_ticks: int
     popen: subprocess.Popen[bytes] | None
-    ui_port: int
+    ui_port: int                       # 0: no Spark UI (a standby never has one)
     command: list[str]
     launched_at: float
     memory: int = 0                    # bytes it holds (spark/memory.py)

@@ -32,7 +32,7 @@ from .spawn import Spawner, memory_of, started
 from .standby import StandbyPool
 from .standby_app import MAX_WARM_TASKS, STANDBY_DIR, StandbyApp, warmup_spec
 from .status import BANNER
-from .submit import free_port, log_file, standby_key
+from .submit import log_file, standby_key, ui_port_for
 
 log = structlog.get_logger(__name__)
 
@@ -127,7 +127,7 @@ class StandbyDrivers:
         rd.set_control("active")
         me = proc_info(os.getpid())
         parent = f"{os.getpid()}:{me.start_ticks if me is not None else 0}"
-        ui_port = free_port()
+        ui_port = ui_port_for(spec)                 # 0: no Spark UI
         archive_options, archive, class_list = self.archives.options(None, spec)
         command = self.spawner.command(spec, rd.root, ui_port, 1,
                                        archive=archive_options, standby=parent)

@@ -9,7 +9,7 @@ The state is read, each time it is asked, from whether the JVM is alive and the 
     JVM    status.json says      -> state     detail (TopologyInfo.sched_status)
     alive  nothing yet              starting  "starting: waiting for the Spark application"
     alive  starting                 starting  "starting: Spark application ... is up, ..."
-    alive  running/paused/stopping  the same  "running: batch 12, 3.4k tuples/s, Spark UI"
+    alive  running/paused/stopping  the same  "running: batch 12, 3.4k tuples/s"
     alive  failed                   failed    "failed: <the driver's error> (exiting ...)"
     gone   stopped                  stopped   "stopped: ... (exit code 0)"
     gone   finished                 finished  "finished: the bounded run completed ..."
@@ -18,6 +18,9 @@ The state is read, each time it is asked, from whether the JVM is alive and the 
                                                stderr line> (exit code 1; see <stderr>)"
 
 The detail always starts with the state word and a colon: ``submit --wait`` reads it.
+A topology whose Spark UI is on (``spark.ui.enabled: true`` in its conf; it is off
+otherwise) has ``, Spark UI http://127.0.0.1:<port>`` after the batch (render.py's
+``spark_ui`` reads it back): that UI is readable by every local account.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ SPARK_COMPONENT = "__spark"
 
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*"
                              r"(?:Error|Exception|Exit|Interrupt|Failure)\b")
+_LOOPBACK_URL = re.compile(rf"http://{re.escape(LOCAL_HOST)}:\d{{1,5}}")
 _LOG_NOISE = re.compile(r"^\d\d[/-]\d\d[/-]\d\d.* (?:INFO|DEBUG|TRACE) |"
                         r"^\s*at |^\s*\.\.\. \d+ more|^WARNING: ")
 
@@ -102,8 +106,7 @@ def run_status(run: Run, alive: bool, last: RunState | None, config: NimbusConfi
                clock: Callable[[], float]) -> RunStatus:
     """The status of a started application: ``alive`` whether its JVM lives, ``last``
     its driver's last ``status.json``."""
-    ui = (last.ui_url if last is not None and last.ui_url else "") or \
-        (f"http://{LOCAL_HOST}:{run.ui_port}" if run.ui_port else "")
+    ui = ui_address(run, last)
     components = {cid: ComponentStats(emitted=f.emitted, processed=f.processed,
                                       rate=f.rate, latency_ms=f.latency_ms,
                                       busy_ms=f.busy_ms)
@@ -126,6 +129,18 @@ def run_status(run: Run, alive: bool, last: RunState | None, config: NimbusConfi
                      batches=last.batch_id + 1 if batched and last is not None else None,
                      last_batch_secs=last.batch_ms / 1000 if batched and last is not None
                      else None)
+
+
+def ui_address(run: Run, last: RunState | None) -> str:
+    """The URL of the application's Spark UI, or ``""`` when it has none: only when
+    the launcher turned it on (``run.ui_port``, the port it asked for), and then the
+    driver's report of it when that is a loopback address (Spark takes the next port
+    when its own was taken), never another one a status file names."""
+    if not run.ui_port:
+        return ""
+    said = last.ui_url if last is not None else ""
+    return said if _LOOPBACK_URL.fullmatch(said or "") else \
+        f"http://{LOCAL_HOST}:{run.ui_port}"
 
 
 def alive_detail(run: Run, last: RunState | None, ui: str, config: NimbusConfig,

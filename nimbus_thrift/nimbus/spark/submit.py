@@ -1,5 +1,5 @@
 """What starting one application takes: the topology's code extracted into its work
-directory, its log files, a free port for its UI, its Spark settings
+directory, its log files, a free port for its UI when it has one, its Spark settings
 (written to a file by :mod:`.properties`), and the spark-submit command line and
 environment it runs with.
 """
@@ -36,8 +36,11 @@ LOG_ROTATE_BYTES = 50 << 20
 #: worker done before it forks them (``runner/worker_daemon.py``).
 WORKER_DAEMON = "nimbus_thrift.runner.worker_daemon"
 DAEMON_MODULE = "spark.python.daemon.module"
-#: Confs the launcher must own: it reads the UI port back to report it.
-RESERVED_CONFS = frozenset({"spark.ui.port"})
+#: Confs the launcher must own: it reads the UI port back to report it, and a UI
+#: never stops jobs (:func:`forced_confs`).
+RESERVED_CONFS = frozenset({"spark.ui.port", "spark.ui.killEnabled"})
+#: The Spark UI: off unless the topology turns it on.
+UI_ENABLED = "spark.ui.enabled"
 #: What a topology's Spark application takes from the daemon's environment: what the
 #: JVM, Python, Spark and Hadoop need to run and find their own configuration. Nothing
 #: else passes: not the daemon's settings (NIMBUS_THRIFT_*, among them the paths of
@@ -120,13 +123,14 @@ def spark_confs(master: str, run_spec: RunSpec, work_dir: Path, ui_port: int,
 
     In order, each overriding the one before: ``defaults`` (the spark-defaults.conf
     spark-submit no longer reads once given a properties file:
-    :func:`.properties.spark_defaults`), the launcher's, and the topology
-    configuration's keys starting with ``spark.`` (except ``spark.ui.port``).
+    :func:`.properties.spark_defaults`), the launcher's, the topology configuration's
+    keys starting with ``spark.``, and :func:`forced_confs` (which it cannot change).
     On a ``spark://`` master the application takes as many cores as its most parallel
     component (``spark.cores.max``), in ``topology.workers`` executors, unless the
     topology sets those confs itself. The driver JVM's options
     (:func:`driver_java_options`, with the class archive's ``archive``) are
-    ``spark.driver.defaultJavaOptions``.
+    ``spark.driver.defaultJavaOptions``. The Spark UI is off unless the topology sets
+    ``spark.ui.enabled`` (:func:`ui_enabled`); ``ui_port`` is then its port.
 
     With ``standby`` (``PID:TICKS`` of the daemon), the settings of a standby driver
     whose directory is ``work_dir`` (:mod:`.standby_app`): its executors' work
@@ -135,7 +139,7 @@ def spark_confs(master: str, run_spec: RunSpec, work_dir: Path, ui_port: int,
     """
     confs: dict[str, str] = dict(defaults or {})
     confs.update({
-        "spark.ui.port": str(ui_port),
+        UI_ENABLED: "false",
         "spark.driver.host": LOCAL_HOST,
         "spark.driver.bindAddress": LOCAL_HOST,
         "spark.ui.showConsoleProgress": "false",
@@ -157,7 +161,29 @@ def spark_confs(master: str, run_spec: RunSpec, work_dir: Path, ui_port: int,
         confs[DAEMON_MODULE] = WORKER_DAEMON
     confs.update(cluster_confs(master, run_spec, num_workers))
     confs.update(user)
+    if ui_port and ui_enabled(run_spec):
+        confs["spark.ui.port"] = str(ui_port)
+    confs.update(forced_confs(master))
     return confs
+
+
+def forced_confs(master: str) -> dict[str, str]:
+    """What the launcher sets on ``master`` whatever a topology says: the UI cannot
+    stop jobs (``spark.ui.killEnabled``: a UI a topology turns on is readable by every
+    local account)."""
+    return {"spark.ui.killEnabled": "false"}
+
+
+def ui_enabled(run_spec: RunSpec | Mapping[str, Any]) -> bool:
+    """Whether the topology turned its Spark UI on (``spark.ui.enabled: true``); it is
+    off otherwise."""
+    return user_confs(run_spec).get(UI_ENABLED, "").strip().lower() == "true"
+
+
+def ui_port_for(run_spec: RunSpec) -> int:
+    """The port of the topology's Spark UI: a free one when it turned it on
+    (:func:`ui_enabled`), else 0 (no UI)."""
+    return free_port() if ui_enabled(run_spec) else 0
 
 
 def submit_command(submit: Sequence[str], master: str, run_spec: RunSpec, work_dir: Path,
