@@ -180,7 +180,8 @@ def test_command_line_on_a_local_master(tmp_path: Path, no_java_variables: None)
         "spark.dynamicAllocation.enabled": False, "spark.ui.port": 1,
         "spark.driver.host": "10.0.0.5", "spark.nested": {"no": 1}, "topology.workers": 2,
         "storm.whatever": "x", "spark.hadoop.fs.s3a.secret.key": "s3cr3t",
-        "spark.ui.killEnabled": True}), work, 4567, 2)
+        "spark.ui.killEnabled": True, "spark.authenticate": False,
+        "spark.authenticate.secret": "mine"}), work, 4567, 2)
     properties = work / "spark.properties"
     assert command == [sys.executable, str(FAKE), "--master", "local[2]",
                        "--name", "topology-wc", "--properties-file", str(properties),
@@ -189,7 +190,10 @@ def test_command_line_on_a_local_master(tmp_path: Path, no_java_variables: None)
     # Nothing of the topology's on the command line, which every local account reads.
     assert not any(word in " ".join(command) for word in ("s3cr3t", "2g", "--conf"))
     assert stat.S_IMODE(properties.stat().st_mode) == 0o600
-    assert _confs(command) == {
+    confs = _confs(command)
+    secret = confs.pop("spark.authenticate.secret")
+    assert re.fullmatch(r"[0-9a-f]{64}", secret)
+    assert confs == {
         "spark.ui.enabled": "false",                    # no UI unless the topology asks
         "spark.driver.host": "10.0.0.5",                # the topology's wins otherwise
         "spark.driver.bindAddress": "127.0.0.1",
@@ -200,8 +204,10 @@ def test_command_line_on_a_local_master(tmp_path: Path, no_java_variables: None)
         "spark.dynamicAllocation.enabled": "false",   # no cores.max on a local master
         "spark.hadoop.fs.s3a.secret.key": "s3cr3t",
         # Ours whatever the topology says: its UI port is read back, a UI never kills
-        # jobs.
-        "spark.ui.killEnabled": "false"}
+        # jobs, and a local application's ports ask for its own fresh secret.
+        "spark.ui.killEnabled": "false", "spark.authenticate": "true"}
+    again = _confs(launcher.command(_run_spec({}), work, 4567, 2))
+    assert again["spark.authenticate.secret"] not in (secret, "mine")   # one per start
 
 
 ARCHIVE = "-XX:SharedArchiveFile=/cache/driver-1.jsa"
@@ -691,7 +697,10 @@ def test_rebalance_rewrites_the_spec_and_relaunches(tmp_path: Path,
     run_spec = RunSpec.read(RunDir(spec.work_dir).spec)
     assert run_spec.components["split"].parallelism == 1
     (first, second) = wait_for(lambda: (i := invocations(spec))[1:] and i, "the relaunch")
+    # The same settings, but a new authentication secret for the new application.
+    secrets = [i["confs"].pop("spark.authenticate.secret") for i in (first, second)]
     assert second["pid"] != old and second["confs"] == first["confs"]
+    assert secrets[0] != secrets[1]
     assert RunDir(spec.work_dir).control_state() == "active"
     status = wait_for(state_is(launcher, spec, "running"), "running again")
     assert "relaunched" not in status.detail

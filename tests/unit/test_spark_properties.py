@@ -19,7 +19,8 @@ from nimbus_thrift.nimbus.spark import properties as props
 from nimbus_thrift.nimbus.spark.properties import (escape, parse_properties,
                                                    properties_text, spark_defaults,
                                                    write_properties)
-from nimbus_thrift.nimbus.spark.submit import spark_confs, ui_enabled, ui_port_for
+from nimbus_thrift.nimbus.spark.submit import (forced_confs, spark_confs, ui_enabled,
+                                               ui_port_for)
 from nimbus_thrift.runner.spec import RunSpec, from_plan
 from nimbus_thrift.topology.validate import check_topology
 
@@ -177,13 +178,33 @@ def test_defaults_then_the_launchers_then_the_topologys_then_the_reserved(
     defaults = {"spark.eventLog.enabled": "true", "spark.ui.enabled": "true",
                 "spark.driver.host": "10.0.0.1", "spark.executor.memory": "1g"}
     confs = spark_confs("local[2]", _spec({"spark.executor.memory": "2g",
-                                           "spark.ui.killEnabled": "true"}),
+                                           "spark.ui.killEnabled": "true",
+                                           "spark.authenticate": "false"}),
                         tmp_path, 0, 1, defaults=defaults)
     assert confs["spark.eventLog.enabled"] == "true"          # the operator's stays
     assert confs["spark.ui.enabled"] == "false"               # the launcher's over it
     assert confs["spark.driver.host"] == "127.0.0.1"
     assert confs["spark.executor.memory"] == "2g"             # the topology's over both
     assert confs["spark.ui.killEnabled"] == "false"           # reserved over all
+    assert confs["spark.authenticate"] == "true"
+
+
+def test_a_cluster_master_keeps_the_clusters_secret(tmp_path: Path) -> None:
+    assert forced_confs("spark://m:7077") == {"spark.ui.killEnabled": "false"}
+    confs = spark_confs("spark://m:7077", _spec(), tmp_path, 0, 1,
+                        defaults={"spark.authenticate": "true",
+                                  "spark.authenticate.secret": "cluster"})
+    assert (confs["spark.authenticate"], confs["spark.authenticate.secret"]) == \
+        ("true", "cluster")
+    confs = spark_confs("spark://m:7077", _spec({"spark.authenticate": True,
+                                                 "spark.authenticate.secret": "mine"}),
+                        tmp_path, 0, 1)
+    assert confs["spark.authenticate.secret"] == "mine"
+    for local in ("local", "local[*]", "local[2,3]", "local-cluster[1,1,1024]"):
+        forced = forced_confs(local)
+        assert forced["spark.authenticate"] == "true"
+        assert len(forced["spark.authenticate.secret"]) == 64
+    assert forced_confs("local[2]") != forced_confs("local[2]")    # fresh each time
 
 
 @pytest.mark.parametrize("value, on", [(True, True), ("true", True), (" TRUE ", True),

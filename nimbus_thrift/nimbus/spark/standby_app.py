@@ -17,7 +17,7 @@ a process nobody owns::
 No Spark setting travels at the hand-off, on a command line or otherwise: a standby
 is taken only by a topology whose Spark settings are the standby's own
 (:func:`.submit.standby_key`), which it was started with from the properties file in
-its directory (:mod:`.properties`); ``handoff``
+its directory (:mod:`.properties`, with its own authentication secret); ``handoff``
 names a work directory and nothing else.
 
 Its directory is deleted once its process is gone (:func:`tidy_standbys` after a

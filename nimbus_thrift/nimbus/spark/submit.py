@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
 import shlex
 import shutil
 import socket
@@ -41,6 +42,9 @@ DAEMON_MODULE = "spark.python.daemon.module"
 RESERVED_CONFS = frozenset({"spark.ui.port", "spark.ui.killEnabled"})
 #: The Spark UI: off unless the topology turns it on.
 UI_ENABLED = "spark.ui.enabled"
+#: Spark's own authentication of its RPC and block-transfer connections.
+AUTHENTICATE = "spark.authenticate"
+AUTHENTICATE_SECRET = "spark.authenticate.secret"
 #: What a topology's Spark application takes from the daemon's environment: what the
 #: JVM, Python, Spark and Hadoop need to run and find their own configuration. Nothing
 #: else passes: not the daemon's settings (NIMBUS_THRIFT_*, among them the paths of
@@ -168,10 +172,20 @@ def spark_confs(master: str, run_spec: RunSpec, work_dir: Path, ui_port: int,
 
 
 def forced_confs(master: str) -> dict[str, str]:
-    """What the launcher sets on ``master`` whatever a topology says: the UI cannot
-    stop jobs (``spark.ui.killEnabled``: a UI a topology turns on is readable by every
-    local account)."""
-    return {"spark.ui.killEnabled": "false"}
+    """What the launcher sets whatever a topology says: the UI cannot stop jobs
+    (``spark.ui.killEnabled``: a UI a topology turns on is readable by every local
+    account); and on a local master (``local``, ``local[N]``, ``local-cluster[...]``),
+    ``spark.authenticate`` with a new secret at each start, so that the driver's RPC
+    and block-manager ports refuse any process that is not the application's (Spark
+    itself makes a fresh secret for ``local`` and ``local[N]`` when authentication is
+    on; ``local-cluster`` takes this one). A ``spark://`` master's applications need
+    the cluster's own secret: that is the cluster's configuration (spark-defaults.conf)
+    or the topology's ``spark.authenticate`` and ``spark.authenticate.secret``."""
+    confs = {"spark.ui.killEnabled": "false"}
+    if master.startswith("local"):
+        confs[AUTHENTICATE] = "true"
+        confs[AUTHENTICATE_SECRET] = secrets.token_hex(32)
+    return confs
 
 
 def ui_enabled(run_spec: RunSpec | Mapping[str, Any]) -> bool:
@@ -227,7 +241,7 @@ def standby_key(master: str, run_spec: RunSpec, num_workers: int
     """What an application's Spark settings are, for matching a submit with a standby
     driver: the master and the settings that outlive the start (the topology's
     ``spark.*`` settings, a cluster's cores); not what differs per application anyway
-    (UI port, name, code, work directory) or is the launcher's
+    (UI port, authentication secret, name, code, work directory) or is the launcher's
     choice (the class archive's JVM options, which only change how fast it starts)."""
     confs = {**cluster_confs(master, run_spec, num_workers), **user_confs(run_spec)}
     return (("master", master), *sorted(confs.items()))
