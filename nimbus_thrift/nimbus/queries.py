@@ -118,6 +118,25 @@ class NimbusQueries:
         return json.dumps({**storm, **ours, "nimbus-thrift.version": __version__,
                            "nimbus-thrift.bound.port": port}, sort_keys=True)
 
+    def metrics_scope(self) -> Callable[[str], bool]:
+        """The HTTP side's ``/metrics`` for the caller of this request: checked as
+        getClusterInfo (USER), then which topologies' series it may see, by id: those
+        it may read (TOPOLOGY_READ).
+
+        Raises:
+            AuthorizationException: the caller may not call getClusterInfo.
+        """
+        with self._gate("getClusterInfo") as call:
+            self.authz.check(call)
+        principal = call.principal
+
+        def readable(topology_id: str) -> bool:
+            if principal is None:
+                return True             # the daemon itself
+            rec = self.store.topology(topology_id)
+            return rec is not None and self.authz.may_read(principal, self._acl(rec))
+        return readable
+
     def getClusterInfo(self) -> Any:
         # Every topology is listed to every user, as Storm does: names, owners and
         # counts are not secret; confs, code and details are (the topology rules).

@@ -4,7 +4,8 @@ tests: test_server_local_peers.py), on the Thrift and the HTTP side, so another 
 account (``nobody``, uid 65534, in a child process) is refused as itself while the
 daemon's own user is served on the same port; nobody identified (plain TCP from another
 address) is ``anonymous`` and refused unless allow_anonymous; a certificate may not
-claim root, anonymous or the daemon's user.
+claim root, anonymous or the daemon's user; /metrics shows a reader only the
+topologies it may read.
 
 The other account's clients are tests/support/otheruser.py's.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from support.certs import client_context, make_pki, with_clients
 from support.nimbus import FakeLauncher, N, make_zip, port_of, tcp, wordcount
@@ -154,8 +156,36 @@ def test_another_local_account_is_refused_over_http(daemons: Any) -> None:
     host, port = ui(daemon)
     status, *body = as_nobody(HTTP_CLIENT, host, str(port), "/api/v1/cluster/summary")
     assert status == "403", body
+    status, *body = as_nobody(HTTP_CLIENT, host, str(port), "/metrics")
+    assert status == "403" and "nimbus_thrift_" not in "".join(body)
     status, _, _ = http_get((host, port), "/api/v1/cluster/summary")     # root
     assert status == 200
+    status, _, scraped = http_get((host, port), "/metrics")
+    assert status == 200 and b"nimbus_thrift_topologies" in scraped
+
+
+@another_account
+def test_metrics_show_a_reader_only_the_topologies_it_may_read(daemons: Any) -> None:
+    daemon = daemons(users=f"{ME},{NOBODY}")
+    with tcp(daemon) as sock:
+        mine = submit(sock, "mine")
+        shared = submit(sock, "shared", {"topology.readonly.users": [NOBODY]})
+    host, port = ui(daemon)
+
+    def topologies_in(text: str) -> tuple[set[str], dict[str, float]]:
+        families = list(text_string_to_metric_families(text))
+        labelled = {s.labels["topology"] for f in families for s in f.samples
+                    if "topology" in s.labels}
+        counts = {s.labels["status"]: s.value for f in families
+                  if f.name == "nimbus_thrift_topologies" for s in f.samples}
+        return labelled, counts
+    status, *body = as_nobody(HTTP_CLIENT, host, str(port), "/metrics")
+    assert status == "200"
+    labelled, counts = topologies_in("\n".join(body))
+    assert labelled == {shared}
+    assert counts["ACTIVE"] == 2                # the daemon-wide series stay whole
+    status, _, scraped = http_get((host, port), "/metrics")        # root: both
+    assert topologies_in(scraped.decode())[0] == {mine, shared}
 
 
 # --- certificates may not claim reserved names -------------------------------------------

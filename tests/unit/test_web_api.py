@@ -18,7 +18,7 @@ from nimbus_thrift.nimbus.web.history import rate_series
 from nimbus_thrift.nimbus.web.static import StaticFiles
 from nimbus_thrift.nimbus.web.storm_api import pretty_secs
 
-from support.nimbus import request_as
+from support.nimbus import audit_events, request_as
 from support.web import ERROR_TEXT, LOCAL, WebEnv
 
 
@@ -297,6 +297,41 @@ def test_metrics_show_the_thrift_server_and_its_methods(env: WebEnv) -> None:
     assert next(s.value for s in histogram if s.name.endswith("_sum")) == 12.5
     assert next(s.value for s in histogram if s.name.endswith("_count")) == 4
     assert _unlisted(families) == set()
+
+
+def test_metrics_are_read_as_getclusterinfo(tmp_path: Path) -> None:
+    env = WebEnv(tmp_path / "data", admins=["ops"], users=["alice", "bob", "carol"])
+    try:
+        mine = env.submit("mine", principal="alice")
+        shared = env.submit("shared", principal="alice",
+                            conf={"topology.readonly.users": ["carol"]})
+        bobs = env.submit("bobs", principal="bob")
+        for tid in (mine, shared, bobs):
+            env.report(tid)
+        with audit_events() as audit:
+            for who in ("mallory", None):           # not a user; nobody identified
+                response = env.request("GET", "/metrics", principal=who)
+                assert response.status == 403
+                assert b"nimbus_thrift_" not in response.body
+        assert [(e["operation"], e["principal"], e["outcome"]) for e in audit()] == [
+            ("getClusterInfo", "mallory", "refused"),
+            ("getClusterInfo", "anonymous", "refused")]
+
+        def shown(who: str) -> tuple[set[str], float]:
+            families = list(text_string_to_metric_families(
+                env.request("GET", "/metrics", principal=who).body.decode()))
+            labelled = {s.labels["topology"] for f in families for s in f.samples
+                        if "topology" in s.labels}
+            active = next(s.value for f in families if f.name == "nimbus_thrift_topologies"
+                          for s in f.samples if s.labels["status"] == "ACTIVE")
+            return labelled, active
+        # Each sees the series of the topologies it may read; the daemon-wide ones whole.
+        assert shown("alice") == ({mine, shared}, 3)
+        assert shown("bob") == ({bobs}, 3)
+        assert shown("carol") == ({shared}, 3)
+        assert shown("ops") == ({mine, shared, bobs}, 3)
+    finally:
+        env.close()
 
 
 def _unlisted(families: dict[str, Any]) -> set[str]:

@@ -15,7 +15,7 @@ from .history import NimbusThriftApi
 from .httpserver import HttpServer
 from .limits import HttpLimits
 from .messages import Request, Response
-from .metrics import DaemonCollector, HttpCollector, MetricsEndpoint, ServerCollector
+from .metrics import MetricsEndpoint
 from .routes import Route, Router
 from .static import StaticFiles
 from .storm_api import StormApi
@@ -36,8 +36,7 @@ class WebApp:
         actions = Actions(handler, self.csrf_token)
         ours = NimbusThriftApi(handler)
         files = static or StaticFiles()
-        self.metrics = MetricsEndpoint(ServerCollector(server), DaemonCollector(handler),
-                                       HttpCollector(http_counters))
+        self.metrics = MetricsEndpoint(handler, server, http_counters)
         topology = "/api/v1/topology/:id"
         self.router = Router([
             Route("GET", "/", files.index),

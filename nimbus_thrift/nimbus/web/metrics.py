@@ -1,6 +1,11 @@
 """``GET /metrics``: the daemon in Prometheus's text format, computed at scrape time
-by collectors on a registry of this daemon's own (never the process-wide one: several
-daemons may run in one process).
+by this daemon's own collectors (never the process-wide registry: several daemons may
+run in one process).
+
+Who sees what: a scrape is authorized as ``getClusterInfo`` (USER: a refusal is a 403,
+as the REST API's); the series per topology (its components' figures, errors, restarts,
+batches) are only those of the topologies the caller may read (TOPOLOGY_READ), while
+the daemon-wide ones (the server's, the HTTP side's, topologies counted by status) stay.
 
 Every name starts with ``nimbus_thrift_``; counters end in ``_total``, units are in the
 name (``_seconds``, ``_bytes``). The README lists them all; :data:`NAMES` is that list
@@ -12,13 +17,14 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 import structlog
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                     HistogramMetricFamily, Metric)
 from prometheus_client.registry import Collector
 
 from ...rpc.methodstats import BUCKETS, OUTCOMES
 from ..lifecycle import Status
+from .calls import call_as
 from .messages import Request, Response
 
 log = structlog.get_logger(__name__)
@@ -148,10 +154,12 @@ class ServerCollector(Collector):
 
 class DaemonCollector(Collector):
     """The daemon's state and, per topology and component, the launcher's figures (the
-    ones ``nimbus-thrift info`` shows)."""
+    ones ``nimbus-thrift info`` shows) of the topologies ``readable`` says yes to
+    (every one by default)."""
 
-    def __init__(self, handler: Any):
+    def __init__(self, handler: Any, readable: Callable[[str], bool] = lambda _: True):
         self._handler = handler
+        self._readable = readable
 
     def collect(self) -> Iterator[Metric]:
         handler = self._handler
@@ -182,6 +190,8 @@ class DaemonCollector(Collector):
             statuses[row.status] = statuses.get(row.status, 0) + 1
             run = handler.run_status(row.id)
             runs[run.state] = runs.get(run.state, 0) + 1
+            if not self._readable(row.id):
+                continue            # counted above; its own series are its readers'
             restarts.add_metric([row.id], run.restarts)
             if run.batches is not None:
                 batches.add_metric([row.id], run.batches)
@@ -250,14 +260,32 @@ class HttpCollector(Collector):
             yield family
 
 
-class MetricsEndpoint:
-    """``GET /metrics`` over this daemon's registry."""
+class _Scrape:
+    """What one scrape shows: the collectors' families, in order (``generate_latest``
+    asks only for ``collect()``)."""
 
     def __init__(self, *collectors: Collector):
-        self.registry = CollectorRegistry(auto_describe=False)
-        for collector in collectors:
-            self.registry.register(collector)
+        self._collectors = collectors
+
+    def collect(self) -> Iterator[Metric]:
+        for collector in self._collectors:
+            yield from collector.collect()
+
+
+class MetricsEndpoint:
+    """``GET /metrics`` for ``handler``'s daemon, its Thrift ``server`` and its HTTP
+    side's ``http_counters`` (callables: the current ones, or None)."""
+
+    def __init__(self, handler: Any, server: Callable[[], Any],
+                 http_counters: Callable[[], Any]):
+        self._handler = handler
+        self._server = ServerCollector(server)
+        self._http = HttpCollector(http_counters)
 
     def scrape(self, request: Request, params: dict[str, str]) -> Response:
-        return Response(200, generate_latest(self.registry),
+        """Raises HttpError 403 for a caller who may not call getClusterInfo."""
+        handler = self._handler
+        readable = call_as(request, handler.idl, "getClusterInfo", handler.metrics_scope)
+        shown = _Scrape(self._server, DaemonCollector(handler, readable), self._http)
+        return Response(200, generate_latest(shown),
                         [("Content-Type", CONTENT_TYPE), ("Cache-Control", "no-store")])
