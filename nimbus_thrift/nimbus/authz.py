@@ -372,7 +372,8 @@ class Authorizer:
 
     def check_upload(self, call: Call, location: str, began_by: str | None) -> None:
         """Check that ``call`` may use the upload at ``location``: its own upload
-        (uploadChunk, finishFileUpload, beginFileDownload of it, a submit of it).
+        (uploadChunk, finishFileUpload, beginFileDownload of it, a submit of it). The
+        refusal names the upload by :func:`upload_name`, never its path.
 
         Raises:
             Unauthorized: it is another principal's upload, or one whose owner is not
@@ -381,7 +382,7 @@ class Authorizer:
         assert METHODS[call.operation].rule in (Rule.UPLOAD, Rule.CODE) \
             or call.operation.startswith("submitTopology"), call.operation
         principal = call.principal
-        what = f" with upload {location!r}"
+        what = f" with upload {upload_name(location)!r}"
         self._refuse_anonymous(call, what)
         if principal is None or self.may_use_upload(principal, began_by):
             return
@@ -404,3 +405,9 @@ class Authorizer:
         raise Unauthorized(principal, call.operation, f" on download {session!r}",
                            "only the principal that began it may read it")
 
+
+def upload_name(location: object) -> str:
+    """An upload as refusals name it: the last part of its location (``<id>.zip``),
+    never the daemon's path to it (the location beginFileUpload returns is the file's
+    absolute path, as Storm's is; only its beginner is told that)."""
+    return str(location).rsplit("/", 1)[-1]

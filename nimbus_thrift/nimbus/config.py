@@ -537,12 +537,22 @@ def _from_file(path: Path) -> dict[str, Any]:
     return values
 
 
+#: Settings that hold a path or a command (what to run, where) though typed as strings:
+#: never public, with the ones typed as paths (:func:`to_public`).
+_PATH_STRINGS = frozenset({"unix_socket", "spark_cache_dir", "spark_submit"})
+
+
+def is_public(name: str) -> bool:
+    """Whether the setting ``name`` may be shown to the service's users (getNimbusConf,
+    the REST API's configuration): not a path (the data directory, the TLS files, the
+    socket, the Spark cache, spark-submit) and not a list of principals (admins, users,
+    principal_users), which tell a caller where the secrets are and whom to be."""
+    kind = _TYPES[name]
+    return name not in _PATH_STRINGS and kind not in (
+        Path, _OPTIONAL_PATH, _PRINCIPALS, _PRINCIPAL_MAP)
+
+
 def to_public(config: NimbusConfig) -> dict[str, Any]:
-    """The configuration as JSON-ready values (paths as strings, lists as lists, the
-    Unix socket where it is: its path, or empty when off)."""
-    public = {name: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple)
-                     else v)
-              for name, v in dataclasses.asdict(config).items()}
-    socket = config.unix_socket_path()
-    public["unix_socket"] = str(socket) if socket is not None else ""
-    return public
+    """The public settings (:func:`is_public`) as JSON-ready values (lists as lists)."""
+    return {name: list(v) if isinstance(v, tuple) else v
+            for name, v in dataclasses.asdict(config).items() if is_public(name)}

@@ -54,7 +54,7 @@ from ..topology.validate import (MAX_EXECUTORS_PER_TOPOLOGY, MAX_WORKERS,
                                  check_count, check_name, check_topology, parse_conf)
 from .admission import check_admission, default_budget
 from .authz import (Authorizer, Call, Unauthorized, acl_conf_problem, daemon_principal,
-                    unclassified)
+                    unclassified, upload_name)
 from .background import Job, SerialQueues
 from .codecheck import parse_in_child
 from .config import NimbusConfig
@@ -350,7 +350,7 @@ class NimbusHandler(LogCalls, PageCalls, StormTwoCalls, BlobCalls, TransferCalls
         upload = self.transfers.completed(location) if isinstance(location, str) else None
         if upload is None:
             raise InvalidTopology(
-                f"uploaded code location {location!r} is unknown, unfinished "
+                f"uploaded code location {upload_name(location)!r} is unknown, unfinished "
                 "or expired: upload the code with beginFileUpload, uploadChunk and "
                 "finishFileUpload, then submit with the location beginFileUpload returned")
         return upload

@@ -102,6 +102,8 @@ class NimbusQueries:
             return self._nimbus_conf()
 
     def _nimbus_conf(self) -> str:
+        # No paths (Storm's storm.local.dir, the data directory, TLS files, socket) and
+        # no lists of principals: config.to_public says which settings are public.
         host, port = self.address
         storm = {
             "nimbus.seeds": [host],
@@ -109,7 +111,6 @@ class NimbusQueries:
             "nimbus.thrift.max_buffer_size": self.config.max_frame_size,
             "nimbus.thrift.threads": self.config.worker_threads,
             "nimbus.file.copy.expiration.secs": self.config.file_copy_expiration_secs,
-            "storm.local.dir": str(self.config.data_dir),
             "storm.thrift.transport": "framed, binary protocol",
             **TOPOLOGY_DEFAULTS,
         }

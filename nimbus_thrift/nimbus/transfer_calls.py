@@ -6,7 +6,7 @@ with the rest of its state."""
 
 from __future__ import annotations
 
-from .authz import Call
+from .authz import Call, upload_name
 from .queries import NimbusQueries
 from .transfers import TransferError, Transfers
 from .wire_errors import client_errors as _client_errors
@@ -55,8 +55,8 @@ class TransferCalls(NimbusQueries):
                 if upload is not None:
                     self.authz.check_upload(call, file, self.transfers.began_by(upload.id))
             if upload is None or upload.state != "complete":
-                raise TransferError(f"{file!r} is neither a topology id nor the location "
-                                    "of a finished upload")
+                raise TransferError(f"{upload_name(file)!r} is neither a topology id nor "
+                                    "the location of a finished upload")
             session = self.transfers.begin_download(upload, owner=call.principal)
             call.subject["download"] = session
             return session

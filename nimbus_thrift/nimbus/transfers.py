@@ -51,6 +51,7 @@ from typing import Callable
 import structlog
 
 from ..rpc.context import REQUEST
+from .authz import upload_name
 from .config import (DEFAULT_MAX_DOWNLOADS_PER_PEER, DEFAULT_MAX_INBOX_BYTES,
                      DEFAULT_MAX_UPLOADS_PER_PEER, DEFAULT_MIN_FREE_DISK_BYTES, NimbusConfig)
 from . import partfiles
@@ -272,22 +273,23 @@ class Transfers:
                 leave less free disk than ``min_free_disk_bytes`` (nothing is stored;
                 the upload stays open).
         """
+        name = upload_name(location)        # never the daemon's path, in what clients read
         with self._upload_lock(location) as up:
             if up.state != "open":
-                raise TransferError(f"upload {location!r} is already finished")
+                raise TransferError(f"upload {name!r} is already finished")
             size = up.bytes + len(chunk)
             if size > self.max_upload_bytes:
                 self._delete_upload(up)
                 raise TransferError(
-                    f"upload {location!r} would reach {size} bytes, over the limit of "
+                    f"upload {name!r} would reach {size} bytes, over the limit of "
                     f"{self.max_upload_bytes} (max_upload_bytes); the upload was discarded")
             try:
-                self.store_chunk(f"upload {location!r}", self.part_path(up.id), up.bytes,
+                self.store_chunk(f"upload {name!r}", self.part_path(up.id), up.bytes,
                                  chunk, lambda: self.store.grow_upload(up.id, size,
                                                                        self.clock()))
             except OSError as exc:     # disk full, file removed behind our back, ...
                 log.error("upload_write_failed", upload=up.id, error=str(exc))
-                raise TransferError(f"upload {location!r}: cannot write the chunk "
+                raise TransferError(f"upload {name!r}: cannot write the chunk "
                                     f"({exc.strerror or exc}); the chunk was not "
                                     "stored") from None
 
@@ -371,6 +373,7 @@ class Transfers:
         Raises:
             TransferError: unknown or expired location.
         """
+        name = upload_name(location)
         with self._upload_lock(location) as up:
             if up.state == "complete":
                 return up
@@ -380,7 +383,7 @@ class Transfers:
                 # Only after max_inbox_bytes was lowered below what is stored: chunks
                 # never take the inbox over it. The upload stays open (until it expires).
                 raise self.refuse(current_peer(), "max_inbox_bytes", (
-                    f"upload {location!r} cannot be finished: the inbox holds {total} "
+                    f"upload {name!r} cannot be finished: the inbox holds {total} "
                     f"bytes, over the limit of {self.limits.max_inbox_bytes} "
                     "(max_inbox_bytes)"))
             try:
@@ -388,7 +391,7 @@ class Transfers:
                                         up.bytes)
             except OSError as exc:
                 log.error("upload_finish_failed", upload=up.id, error=str(exc))
-                raise TransferError(f"upload {location!r} cannot be finished "
+                raise TransferError(f"upload {name!r} cannot be finished "
                                     f"({exc.strerror or exc})") from None
             self.store.complete_upload(up.id, sha256, self.clock())
             self._release_upload_slot(up.id)
@@ -406,7 +409,7 @@ class Transfers:
     def _upload_lock(self, location: str) -> "_Locked":
         up = self.store.upload_at(location) if isinstance(location, str) else None
         if up is None:
-            raise TransferError(f"upload location {location!r} does not exist "
+            raise TransferError(f"upload location {upload_name(location)!r} does not exist "
                                 "(or timed out)")
         return _Locked(self, self._lock_of(up.id), up.id, location)
 
@@ -550,8 +553,8 @@ class _Locked:
         up = self.owner.store.upload(self.upload_id)
         if up is None:
             self.lock.release()
-            raise TransferError(f"upload location {self.location!r} does not exist "
-                                "(or timed out)")
+            raise TransferError(f"upload location {upload_name(self.location)!r} does "
+                                "not exist (or timed out)")
         return up
 
     def __exit__(self, *exc: object) -> None:

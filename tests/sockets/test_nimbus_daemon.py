@@ -290,7 +290,11 @@ def test_config_file_then_environment_then_flags(tmp_path: Path) -> None:
                 conf = json.loads(client.getNimbusConf())
         finally:
             assert d.sigterm() == 0
-        assert conf["storm.local.dir"] == str(tmp_path / expected)
+        # getNimbusConf shows no paths: the daemon's start line says where it keeps state.
+        started = next(json.loads(line) for line in d.lines
+                       if line.startswith("{") and '"nimbus_started"' in line)
+        assert started["data_dir"] == str(tmp_path / expected)
+        assert "storm.local.dir" not in conf
         assert conf["nimbus-thrift.max_upload_bytes"] == 1234
 
 

@@ -5,7 +5,7 @@ account (``nobody``, uid 65534, in a child process) is refused as itself while t
 daemon's own user is served on the same port; nobody identified (plain TCP from another
 address) is ``anonymous`` and refused unless allow_anonymous; a certificate may not
 claim root, anonymous or the daemon's user; /metrics shows a reader only the
-topologies it may read.
+topologies it may read; the configuration carries no paths and no principals.
 
 The other account's clients are tests/support/otheruser.py's.
 """
@@ -242,3 +242,24 @@ def test_a_local_client_without_a_certificate_principal_stays_its_os_user(
                              server_hostname="127.0.0.1") as sock:
         tid = submit(sock, "mine")
         assert rpc(sock, "getTopologyInfo", id=tid).success.owner == ME
+
+
+# --- the configuration --------------------------------------------------------------------
+
+def test_the_configuration_shows_no_paths_and_no_principals(daemons: Any,
+                                                           tmp_path: Path) -> None:
+    daemon = daemons(admins="ops-person", users=f"{ME},alice-person",
+                     principal_users="ci-cert=ci-person")
+    with tcp(daemon) as sock:
+        text = rpc(sock, "getNimbusConf").success
+    status, _, body = http_get(ui(daemon), "/api/v1/cluster/configuration")
+    assert status == 200
+    for shown in (text, body.decode()):
+        for word in (str(tmp_path), "nimbus.sock", "ops-person", "alice-person",
+                     "ci-person", "ci-cert"):
+            assert word not in shown
+        conf = json.loads(shown)
+        assert "storm.local.dir" not in conf and conf["nimbus.thrift.port"] == \
+            port_of(daemon)
+        assert not {"nimbus-thrift.data_dir", "nimbus-thrift.unix_socket",
+                    "nimbus-thrift.admins", "nimbus-thrift.users"} & set(conf)

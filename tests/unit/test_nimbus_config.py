@@ -6,7 +6,9 @@ openssl command and handshakes in memory."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import ssl
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -105,10 +107,36 @@ def test_frozen() -> None:
         cfg.port = 1                                        # type: ignore[misc]
 
 
+#: What getNimbusConf and the REST API's configuration never show: paths (where the
+#: state, the keys and the socket are; what is run) and lists of principals.
+PRIVATE = {"data_dir", "tls_cert_file", "tls_key_file", "tls_client_ca_file",
+           "unix_socket", "spark_cache_dir", "spark_submit", "admins", "users",
+           "principal_users"}
+
+
 def test_to_public() -> None:
     public = to_public(config(data_dir="/srv/n"))
-    assert public["data_dir"] == "/srv/n" and public["port"] == DEFAULT_PORT
-    assert set(public) == set(FIELDS)
+    assert public["port"] == DEFAULT_PORT and public["allow_anonymous"] is False
+    assert set(public) == set(FIELDS) - PRIVATE
+
+
+def test_to_public_shows_no_path_and_no_principal(tmp_path: Path) -> None:
+    secret = tmp_path / "very-secret-dir"
+    secret.mkdir()
+    cert, key = secret / "server.pem", secret / "server.key"
+    for path in (cert, key):
+        path.write_text("x")
+    cfg = config(data_dir=str(secret / "data"), tls_cert_file=str(cert),
+                 tls_key_file=str(key), unix_socket=str(secret / "n.sock"),
+                 spark_cache_dir=str(secret / "cache"),
+                 spark_submit=f"{secret}/bin/spark-submit", admins="ops-person",
+                 users="alice-person", principal_users="ci-cert=ci-person")
+    shown = json.dumps(to_public(cfg))
+    for word in ("very-secret-dir", "ops-person", "alice-person", "ci-person", "ci-cert"):
+        assert word not in shown
+    # Any setting typed as a path is private, whatever its name (a new one too).
+    assert {name for name, kind in typing.get_type_hints(NimbusConfig).items()
+            if kind in (Path, Path | None)} <= PRIVATE
 
 
 # --- files --------------------------------------------------------------------------------
@@ -345,7 +373,7 @@ def test_principals_from_yaml_lists_environment_and_flags(tmp_path: Path) -> Non
     assert config(path, users="bob,carol").users == ("bob", "carol")        # flag: a string
     assert config(path, users=["bob"]).users == ("bob",)                     # or a list
     assert NimbusConfig().admins == () and NimbusConfig().users == ()
-    assert to_public(cfg)["admins"] == ["ops", "Alice Smith"]
+    assert "admins" not in to_public(cfg)
 
 
 @pytest.mark.parametrize("text,shown", [("admins: {ops: 1}\n", "{'ops': 1}"),
@@ -385,8 +413,7 @@ def test_transport_defaults(tmp_path: Path) -> None:
     assert not cfg.mutual_tls
     assert cfg.unix_socket is None
     assert cfg.unix_socket_path() == tmp_path / "d" / "nimbus.sock"
-    assert to_public(cfg)["unix_socket"] == str(tmp_path / "d" / "nimbus.sock")
-    assert to_public(cfg)["tls_cert_file"] is None
+    assert "unix_socket" not in to_public(cfg) and "tls_cert_file" not in to_public(cfg)
 
 
 def test_the_default_socket_follows_the_data_dir(tmp_path: Path) -> None:
@@ -401,7 +428,6 @@ def test_unix_socket_set_or_turned_off(tmp_path: Path, monkeypatch: pytest.Monke
     assert cfg.unix_socket_path() == tmp_path / "run" / "n.sock"       # made absolute
     off = config(env={ENV_PREFIX + "UNIX_SOCKET": ""})
     assert off.unix_socket == "" and off.unix_socket_path() is None
-    assert to_public(off)["unix_socket"] == ""
     assert config(yaml_file(tmp_path, "unix-socket: ''\n")).unix_socket_path() is None
 
 

@@ -428,7 +428,8 @@ def test_nimbus_conf(env: Env) -> None:
     conf = json.loads(env.handler.getNimbusConf())
     assert conf["nimbus.thrift.port"] == 6627
     assert conf["nimbus.seeds"] == ["127.0.0.1"]
-    assert conf["storm.local.dir"] == str(env.data_dir)
+    # No paths and no principals (issue 24): not even Storm's storm.local.dir.
+    assert "storm.local.dir" not in conf and str(env.data_dir) not in json.dumps(conf)
     assert conf["nimbus.thrift.max_buffer_size"] == 1_048_576
     assert conf["nimbus-thrift.launcher"] == "none"
 

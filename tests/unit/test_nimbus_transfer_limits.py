@@ -215,9 +215,9 @@ def test_inbox_counts_open_and_complete_uploads(env: Env) -> None:
     with pytest.raises(TransferRefused) as info:
         env.transfers.upload_chunk(location, b"c" * 11)
     assert str(info.value) == (
-        f"upload {location!r}: a chunk of 11 bytes would bring the inbox from 140 to 151 "
-        "bytes, over the limit of 150 (max_inbox_bytes); the chunk was not stored, the "
-        "upload stays open until it expires")
+        f"upload {location.rsplit('/', 1)[-1]!r}: a chunk of 11 bytes would bring the inbox "
+        "from 140 to 151 bytes, over the limit of 150 (max_inbox_bytes); the chunk was not "
+        "stored, the upload stays open until it expires")
     # Nothing of the refused chunk was stored or stays counted; the upload goes on.
     assert env.part_size(location) == 80 and env.store.upload_at(location).bytes == 80
     assert env.transfers.inbox_bytes == 140
@@ -307,9 +307,9 @@ def test_chunk_refused_when_it_would_leave_less_than_the_reserve(env: Env) -> No
     with pytest.raises(TransferRefused) as info:
         env.transfers.upload_chunk(location, b"y" * 50)
     assert str(info.value) == (
-        f"upload {location!r}: the inbox's disk has 1049 bytes free; a chunk of 50 bytes "
-        "would leave less than the 1000 bytes kept free (min_free_disk_bytes); the chunk "
-        "was not stored")
+        f"upload {location.rsplit('/', 1)[-1]!r}: the inbox's disk has 1049 bytes free; a "
+        "chunk of 50 bytes would leave less than the 1000 bytes kept free "
+        "(min_free_disk_bytes); the chunk was not stored")
     assert env.part_size(location) == 50 and env.transfers.inbox_bytes == 50
     env.free = 10 << 30
     env.transfers.upload_chunk(location, b"y" * 50)

@@ -334,6 +334,18 @@ def test_metrics_are_read_as_getclusterinfo(tmp_path: Path) -> None:
         env.close()
 
 
+def test_the_configuration_has_no_paths_and_no_principals(tmp_path: Path) -> None:
+    env = WebEnv(tmp_path / "data", admins=["root", "ops-person"], users=["alice-person"])
+    try:
+        status, conf = env.get("/api/v1/cluster/configuration")
+        assert status == 200 and conf["nimbus.thrift.port"] == env.config.port
+        text = json.dumps(conf)
+        for word in (str(tmp_path), "ops-person", "alice-person"):
+            assert word not in text
+    finally:
+        env.close()
+
+
 def _unlisted(families: dict[str, Any]) -> set[str]:
     """Metric names a scrape shows that metrics.NAMES (the README's list) lacks."""
     from nimbus_thrift.nimbus.web.metrics import NAMES
