@@ -204,3 +204,75 @@ def test_two_users_topologies_run_as_their_users_behind_walls(
         # Bob, still running, was not disturbed by any of it.
         with _client(port, pki, "bob") as bob:
             assert bob.getTopologyInfo(bob_id).sched_status.startswith("running:")
+
+
+def _standby_owners(data_dir: Path) -> dict[str, tuple[int, int]]:
+    """Each standby's directory: (its owner, the uid of its driver's process)."""
+    found = {}
+    for record in (data_dir / "standby").glob(".*.json"):
+        sid = record.name[1:-len(".json")]
+        pid = json.loads(record.read_text())["pid"]
+        try:
+            uid = os.stat(f"/proc/{pid}").st_uid
+        except FileNotFoundError:
+            continue
+        found[sid] = (os.stat(data_dir / "standby" / sid).st_uid, uid)
+    return found
+
+
+def _ready_standby(data_dir: Path, uid: int) -> str | None:
+    from nimbus_thrift.runner.rundir import STANDBY_READY, RunDir
+    for sid, owners in _standby_owners(data_dir).items():
+        status = RunDir(data_dir / "standby" / sid).read_status()
+        if owners == (uid, uid) and status is not None and status.state == STANDBY_READY:
+            return sid
+    return None
+
+
+def _launch(data_dir: Path, topology_id: str) -> dict[str, Any]:
+    return json.loads((data_dir / "launches" / f"{topology_id}.json").read_text())
+
+
+def test_standby_drivers_are_one_users_and_taken_only_by_that_users_topologies(
+        accounts: dict[str, pwd.struct_passwd], reachable_install: None,
+        shared_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pki = make_pki(tmp_path / "pki", clients=("alice", "bob"))
+    data_dir = shared_root / "data"
+    alice_uid, bob_uid = accounts["alice"].pw_uid, accounts["bob"].pw_uid
+    flags = {"data_dir": str(data_dir), "run_as_user": True, "principal_users": ACCOUNTS,
+             "users": ["alice", "bob"], "standby_drivers": 1,
+             "tls_cert_file": str(pki.server.cert), "tls_key_file": str(pki.server.key),
+             "tls_client_ca_file": str(pki.ca.cert)}
+    conf = {"walls.total": TOTAL}
+    with in_process_daemon(tmp_path, monkeypatch, standbys=True, **flags) as (_d, (_, port),
+                                                                             launcher):
+        # No standby before any user launched: it would have to be somebody's.
+        assert launcher.standbys is not None and launcher.standbys.held() == 0
+        with _client(port, pki, "alice") as alice:
+            first = alice.submit_topology(WALLS, name="a1", conf=conf, wait=True,
+                                          timeout=SPARK_TIMEOUT)
+            assert _launch(data_dir, first)["warm"] == ""          # cold
+            alices = wait_until("a standby of alice's", lambda: _ready_standby(
+                data_dir, alice_uid))
+        with _client(port, pki, "bob") as bob:
+            # Bob's launch does not take alice's standby: it starts cold, and from then
+            # on the standby kept is bob's.
+            second = bob.submit_topology(WALLS, name="b1", conf=conf, wait=True,
+                                         timeout=SPARK_TIMEOUT)
+            record = _launch(data_dir, second)
+            assert record["warm"] == "" and record["standby_dir"] == ""
+            assert os.stat(f"/proc/{record['pid']}").st_uid == bob_uid
+            wait_until("alice's standby to go", lambda: alices not in
+                       _standby_owners(data_dir))
+            wait_until("a standby of bob's", lambda: _ready_standby(data_dir, bob_uid))
+            # Bob's next launch takes it, warm, as bob.
+            third = bob.submit_topology(WALLS, name="b2", conf=conf, wait=True,
+                                        timeout=SPARK_TIMEOUT)
+            record = _launch(data_dir, third)
+            assert record["warm"] == "ready", record
+            assert os.stat(f"/proc/{record['pid']}").st_uid == bob_uid
+            third_dir = data_dir / "topologies" / third
+            got = wait_until("the warm topology's counts",
+                             lambda: (c := _counts(third_dir)).get("the") == 300 and c)
+            assert got["apple"] == 100
+            assert os.stat(third_dir / "logs" / "stderr").st_uid == bob_uid

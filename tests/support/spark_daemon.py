@@ -48,16 +48,17 @@ def client_of(d: DaemonProcess) -> NimbusClient:
 
 @contextmanager
 def in_process_daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                      **flags: Any
+                      standbys: bool = False, **flags: Any
                       ) -> Iterator[tuple[NimbusDaemon, tuple[str, int], SparkLauncher]]:
     """A started NimbusDaemon with the Spark launcher (local[2]) on 127.0.0.1 port 0,
-    its address and its launcher; ``flags`` add to or override the configuration.
-    Whatever the test leaves running is stopped afterwards."""
+    its address and its launcher (keeping standby drivers with ``standbys``); ``flags``
+    add to or override the configuration. Whatever the test leaves running is stopped
+    afterwards."""
     monkeypatch.setenv("JAVA_TOOL_OPTIONS", FAST_JVM)
     config = load_config(env={}, flags={"ui_port": 0, "port": 0, "launcher": "spark",
                                         "data_dir": str(tmp_path / "data"),
                                         "spark_master": "local[2]", **flags})
-    launcher = SparkLauncher(config, cache_dir=False)
+    launcher = SparkLauncher(config, cache_dir=False, standbys=standbys)
     d = NimbusDaemon(config, launcher=launcher)
     address = d.start()
     try:

@@ -131,6 +131,39 @@ def test_a_pool_keeps_its_standbys_and_none_when_it_wants_none() -> None:
     assert none.started == [] and none.pool.take("default") is None
 
 
+def test_retarget_stops_another_keys_standbys_and_keeps_the_new_keys() -> None:
+    """run_as_user: standbys are kept for the user who launched last; one of another
+    user's key is stopped, never handed over."""
+    p = Pool(wanted=0)
+    p.at(100)
+    assert p.started == []                  # nobody's yet: none
+    alices: list[FakeProcess] = []
+
+    def spawn_alices() -> FakeProcess:
+        alices.append(FakeProcess(("alice",), len(alices)))
+        return alices[-1]
+
+    p.pool.retarget(("alice",), spawn_alices, 1)
+    p.at(101)
+    assert len(alices) == 1
+    p.pool.retarget(("alice",), spawn_alices, 1)      # the same: nothing changes
+    assert not alices[0].stopped
+    bobs: list[FakeProcess] = []
+
+    def spawn_bobs() -> FakeProcess:
+        bobs.append(FakeProcess(("bob",), len(bobs)))
+        return bobs[-1]
+
+    p.pool.retarget(("bob",), spawn_bobs, 1)
+    assert alices[0].stopped and alices[0].cleaned and p.pool.held() == 0
+    assert p.pool.take(("alice",)) is None
+    p.at(102)
+    assert len(bobs) == 1 and len(alices) == 1
+    bobs[0].seen = Phase.READY
+    taken = p.pool.take(("bob",))
+    assert taken is not None and taken[0] is bobs[0]
+
+
 def test_take_gives_a_standby_of_the_same_key_only_a_ready_one_first() -> None:
     p = Pool(wanted=2)
     p.at(100)

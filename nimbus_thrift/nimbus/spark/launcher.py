@@ -181,9 +181,9 @@ class SparkLauncher:
                                  restart_backoff)
         self.standbys: StandbyPool[StandbyApp] | None = None
         self._standby_drivers: StandbyDrivers | None = None
-        # Under run_as_user no standby: a warm driver is some user's process, and
-        # one user's is never handed to another.
-        if standbys and not self.config.run_as_user:
+        # Under run_as_user a standby is one user's process, kept for the user who
+        # launched last and taken only by that user's topologies (standby_drivers.py).
+        if standbys:
             tidy_standbys(self.config.data_dir / STANDBY_DIR)
             wanted = standby_count(self.config)
             if wanted:
@@ -517,10 +517,12 @@ class SparkLauncher:
         run.num_workers = spec.num_workers
         drivers = self._standby_drivers
         if reason == "launch" and drivers is not None and drivers.take(run, run_spec):
+            drivers.keep_for(user)
             return
         # Counted from now on, so that no standby starts in the room it needs.
         run.memory = memory_of(run_spec.conf)
         if drivers is not None:
+            drivers.keep_for(user)
             drivers.make_room()
         self.spawner.spawn(run, run_spec, reason)
 

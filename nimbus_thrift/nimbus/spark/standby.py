@@ -203,6 +203,19 @@ class StandbyPool(Generic[P]):
         wait = min(BACKOFF_MAX_SECS, self.backoff * 4 ** (self.failures - 1))
         self.next_start = max(self.next_start, now + wait)
 
+    def retarget(self, key: Hashable, spawn: Callable[[], P], wanted: int) -> None:
+        """Keep ``wanted`` standbys of ``key``, started by ``spawn``, from now on; those
+        of another key are stopped. Under run_as_user a standby is one OS user's
+        process: the launcher keeps them for the user who launched last."""
+        with self._lock:
+            if key == self.key and wanted == self.wanted:
+                return
+            self.key, self.spawn, self.wanted = key, spawn, wanted
+            for standby in list(self.standbys):
+                self._stop(standby)
+            self.failures = 0
+            self.next_start = self.clock()
+
     # --- launches -------------------------------------------------------------------
     def take(self, key: Hashable) -> tuple[P, Phase] | None:
         """A standby of ``key``, now the caller's (it leaves the pool), with the phase

@@ -43,6 +43,7 @@ from ...runner.rundir import STANDBY_READY, RunDir, write_atomic
 from ...runner.spec import RunSpec, from_plan
 from ...topology.validate import InvalidTopology, check_topology
 from ..launcher import LauncherError
+from ..runas import as_owner_of
 from .processes import KILL_WAIT_SECS, proc_info, session_members, signal_session
 from .standby import Phase
 
@@ -89,6 +90,13 @@ class StandbyApp:
     memory: int = 0                    # bytes it holds (spark/memory.py)
     class_archive: str = ""            # the class archive it maps
     class_list: str = ""               # the class list it writes
+    #: Where its record is: None, ``standby.json`` in its directory; under
+    #: run_as_user, :func:`record_file` (its directory is its user's to rewrite).
+    record_file: Path | None = None
+
+    @property
+    def record_path(self) -> Path:
+        return self.record_file if self.record_file is not None else self.dir.standby
 
     def record(self) -> dict[str, Any]:
         return {"sid": self.sid, "pid": self.pid, "start_ticks": self.start_ticks,
@@ -97,7 +105,7 @@ class StandbyApp:
                 if isinstance(self.key, tuple) else self.key}
 
     def save(self) -> None:
-        write_atomic(self.dir.standby, json.dumps(self.record(), indent=1))
+        write_atomic(self.record_path, json.dumps(self.record(), indent=1))
 
     def alive(self) -> bool:
         if self.popen is not None:
@@ -116,6 +124,8 @@ class StandbyApp:
         """SIGKILL to its session, wait for it to be gone, delete its directory."""
         kill_session(self.pid, self.start_ticks, self.popen)
         shutil.rmtree(self.dir.root, ignore_errors=True)
+        if self.record_file is not None:
+            self.record_file.unlink(missing_ok=True)
         if self.class_list:                 # listed by a driver that ran no topology
             Path(self.class_list).unlink(missing_ok=True)
         log.info("standby_stopped", sid=self.sid, pid=self.pid)
@@ -124,9 +134,17 @@ class StandbyApp:
         """Steps 1 and 2 of the hand-off (module docstring) to the topology of
         ``run_dir``.
 
+        Both directories are one user's (under run_as_user, the standby is taken
+        only by a topology of its own user): the steps run as the topology's
+        directory's owner (:mod:`..runas`).
+
         Raises:
             OSError: the files could not be moved or linked.
         """
+        with as_owner_of(run_dir.root):
+            self._prepare_handoff(run_dir, banner)
+
+    def _prepare_handoff(self, run_dir: RunDir, banner: str) -> None:
         run_dir.logs.mkdir(parents=True, exist_ok=True)
         for name in LOG_NAMES:
             source, target = self.dir.logs / name, run_dir.logs / name
@@ -142,7 +160,8 @@ class StandbyApp:
 
     def hand_off(self, run_dir: RunDir) -> None:
         """Step 4: the standby runs the topology of ``run_dir`` from now on."""
-        self.dir.write_handoff(run_dir.root)
+        with as_owner_of(self.dir.root):
+            self.dir.write_handoff(run_dir.root)
 
 
 def kill_session(pid: int, start_ticks: int,
@@ -184,8 +203,13 @@ def tidy_standbys(root: Path) -> list[str]:
         if not path.is_dir():
             continue
         rd = RunDir(path)
+        record = record_file(root, path.name)
         try:
-            raw = json.loads(rd.standby.read_text())
+            # Under run_as_user the daemon's own record, never one in the directory
+            # (its user could name any pid there).
+            source = record if record.exists() else rd.standby \
+                if os.lstat(path).st_uid == os.geteuid() else None
+            raw = json.loads(source.read_text()) if source is not None else {}
             pid, ticks = int(raw["pid"]), int(raw["start_ticks"])
         except (OSError, ValueError, KeyError, TypeError):
             pid, ticks = 0, 0
@@ -202,4 +226,14 @@ def tidy_standbys(root: Path) -> list[str]:
             stopped.append(path.name)
             log.info("standby_left_over_stopped", sid=path.name, pid=pid)
         shutil.rmtree(path, ignore_errors=True)
+        record.unlink(missing_ok=True)
+    for record in root.glob(".*.json"):        # records whose directory is gone
+        if not (root / record.name[1:-len(".json")]).is_dir():
+            record.unlink(missing_ok=True)
     return stopped
+
+
+def record_file(root: Path, sid: str) -> Path:
+    """Under run_as_user, where the record of standby ``sid`` is kept: beside its
+    directory in ``root`` (``<data_dir>/standby``, the daemon's), not in it."""
+    return root / f".{sid}.json"

@@ -24,13 +24,16 @@ from ...runner.spec import RunSpec
 from ..admission import default_budget
 from ..config import NimbusConfig
 from ..launcher import LauncherError
+from ..runas import (TRAVERSE_MODE, OsUser, as_owner_of, os_user_owning, own_work_dir,
+                     process_options)
 from .archive_choice import ArchiveChoice
 from .master import local_threads
 from .processes import proc_info
 from .records import Run
 from .spawn import Spawner, memory_of, started
 from .standby import StandbyPool
-from .standby_app import MAX_WARM_TASKS, STANDBY_DIR, StandbyApp, warmup_spec
+from .standby_app import (MAX_WARM_TASKS, STANDBY_DIR, StandbyApp, record_file,
+                          warmup_spec)
 from .status import BANNER
 from .submit import log_file, standby_key, ui_port_for
 
@@ -70,17 +73,47 @@ class StandbyDrivers:
         self.runs = runs
         self.budget = config.spark_memory_budget or default_budget()
         self._seq = 0
+        self.wanted = wanted
+        #: Under run_as_user, the OS user standbys are kept for: the last one whose
+        #: topology launched (None until one has; then the pool keeps none).
+        self.user: OsUser | None = None
+        if config.run_as_user:
+            # Each standby's user enters its own directory in it by its name.
+            root = config.data_dir / STANDBY_DIR
+            root.mkdir(parents=True, exist_ok=True)
+            os.chmod(root, TRAVERSE_MODE)
         self.pool: StandbyPool[StandbyApp] = StandbyPool(
-            wanted, standby_key(config.spark_master, self.spec("-"), 1),
+            0 if config.run_as_user else wanted, self.key(None),
             self.spawn, room=self.room, clock=time.monotonic,
             backoff=backoff, replace_delay=replace_delay)
+
+    def key(self, user: OsUser | None, run_spec: RunSpec | None = None,
+            num_workers: int = 1) -> tuple[tuple[str, str], ...]:
+        """What a standby must share with a launch to be taken by it: its Spark
+        settings (:func:`.submit.standby_key`) and, under run_as_user, its OS user
+        (one user's warm JVM is never handed to another)."""
+        key = standby_key(self.config.spark_master, run_spec or self.spec("-"),
+                          num_workers)
+        return key if user is None else (*key, ("user", user.name))
+
+    def keep_for(self, user: OsUser | None) -> None:
+        """Under run_as_user, keep standbys for ``user`` from now on (whose topology
+        just launched, warm or cold): any of another user's are stopped."""
+        if not self.config.run_as_user or user is None or (
+                self.user is not None and self.user.uid == user.uid):
+            return
+        self.user = user
+        self.pool.retarget(self.key(user), self.spawn, self.wanted)
 
     def take(self, run: Run, run_spec: RunSpec) -> bool:
         """Hand ``run``'s topology to a standby of the same Spark settings, ready or
         still warming (:mod:`.standby` says why; :mod:`.standby_app` the steps);
         False when there is none, and the launch starts cold."""
-        taken = self.pool.take(standby_key(self.config.spark_master, run_spec,
-                                           run.num_workers))
+        try:
+            user = os_user_owning(run.dir.root) if self.config.run_as_user else None
+        except OSError:
+            return False
+        taken = self.pool.take(self.key(user, run_spec, run.num_workers))
         if taken is None:
             return False
         app, phase = taken
@@ -122,23 +155,32 @@ class StandbyDrivers:
         sid = f"standby-{int(self.clock())}-{os.getpid()}-{self._seq}"
         rd = RunDir(self.config.data_dir / STANDBY_DIR / sid)
         spec = self.spec(sid)
-        rd.logs.mkdir(parents=True)
-        spec.write(rd.spec)
-        rd.set_control("active")
+        user = self.user
+        if self.config.run_as_user and user is None:
+            raise LauncherError("no user to keep a standby for yet")
+        if user is not None:
+            own_work_dir(rd.root, user)
+        # In its directory as its owner (runas.py), as in a topology's.
+        with as_owner_of(rd.root):
+            rd.logs.mkdir(parents=True, exist_ok=user is not None)
+            spec.write(rd.spec)
+            rd.set_control("active")
         me = proc_info(os.getpid())
         parent = f"{os.getpid()}:{me.start_ticks if me is not None else 0}"
         ui_port = ui_port_for(spec)                 # 0: no Spark UI
         archive_options, archive, class_list = self.archives.options(None, spec)
         command = self.spawner.command(spec, rd.root, ui_port, 1,
                                        archive=archive_options, standby=parent)
-        out = log_file(rd.logs / "stdout")
-        err = log_file(rd.logs / "stderr")
+        with as_owner_of(rd.root):
+            out = log_file(rd.logs / "stdout")
+            err = log_file(rd.logs / "stderr")
+        env, as_user = process_options(user, self.spawner.environment(rd.current))
         now = self.clock()
         try:
             popen = subprocess.Popen(
-                command, env=self.spawner.environment(rd.current), cwd=rd.root,
+                command, env=env, cwd=rd.root,
                 stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
-                close_fds=True)
+                close_fds=True, **as_user)  # type: ignore[call-overload]
         except OSError as exc:
             shutil.rmtree(rd.root, ignore_errors=True)
             raise LauncherError(f"cannot run {command[0]}: {exc.strerror or exc}") \
@@ -147,11 +189,13 @@ class StandbyDrivers:
             out.close()
             err.close()
         info = proc_info(popen.pid)
-        app = StandbyApp(sid=sid, dir=rd, key=standby_key(self.config.spark_master, spec, 1),
+        app = StandbyApp(sid=sid, dir=rd, key=self.key(user),
                          pid=popen.pid, start_ticks=info.start_ticks if info else 0,
                          popen=popen, ui_port=ui_port, command=command, launched_at=now,
                          memory=memory_of(spec.conf), class_archive=str(archive or ""),
-                         class_list=str(class_list or ""))
+                         class_list=str(class_list or ""),
+                         record_file=record_file(rd.root.parent, sid)
+                         if user is not None else None)
         app.save()
         log.info("spark_standby_launched", sid=sid, pid=popen.pid,
                  master=self.config.spark_master)
