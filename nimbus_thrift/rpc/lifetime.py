@@ -143,6 +143,11 @@ class Lifetime(Completion):
                     if lookup is None:
                         lookup = self._peer_lookup = PeerLookup()
                     principal = connection_user(lookup, sock, addr)
+                    if principal is not None:
+                        # Counted per local user, as on the Unix socket: another
+                        # account's connections do not use up this user's share of
+                        # the loopback address.
+                        host = f"local:{principal}"
             share = self.per_peer.get(host)
             count = share.connections if share is not None else 0
             if state.connections_open >= opts.max_connections:

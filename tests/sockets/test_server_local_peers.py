@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import pytest
 
 from support.certs import client_context, make_pki, with_clients
+from support.otheruser import NOBODY_UID, SYSTEM_PYTHON, another_account
 from support.rawthrift import frame, message, roundtrip, wait_closed
 from nimbus_thrift.demo import demo_thrift
 from nimbus_thrift.rpc.context import current_request
@@ -169,3 +170,55 @@ def test_a_certificate_principal_wins_and_a_refused_one_is_closed(
     (refused,) = [e for e in logs if e.get("event") == "tls_client_refused"]
     assert (refused["principal"], refused["reason"]) == ("root",
                                                          "it is the superuser's name")
+
+
+#: Another account's client holding connections: open ``n`` to the port, each answered
+#: once (so each was accepted), print "held", keep them until stdin closes.
+HOLDER = """
+import socket, struct, sys
+host, port, n, request = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), bytes.fromhex(sys.argv[4])
+held = []
+for _ in range(n):
+    s = socket.create_connection((host, port), timeout=20)
+    try:
+        s.sendall(request)
+        head = s.recv(4)
+    except OSError:           # reset: closed at the accept
+        head = b""
+    print("answered" if len(head) == 4 else "closed", flush=True)
+    held.append(s)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@another_account
+def test_each_local_user_has_its_own_share_of_the_loopback_address(
+        who_server: Any) -> None:
+    """Counted per local user, as on the Unix socket: another account holding its
+    whole per-peer share of 127.0.0.1 does not lock the daemon's user out."""
+    import subprocess
+
+    host, port = who_server(identify_local_peers=True, max_connections_per_peer=2)
+    request = frame(message("echo", 1, demo_thrift().Echo.echo_args(s=""))).hex()
+    with subprocess.Popen([SYSTEM_PYTHON, "-I", "-c", HOLDER, host, str(port), "3",
+                           request], user=NOBODY_UID, stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True) as holder:
+        _hold_and_check(holder, host, port, request)
+
+
+def _hold_and_check(holder: Any, host: str, port: int, request: str) -> None:
+    try:
+        assert holder.stdout is not None
+        lines = [holder.stdout.readline().strip() for _ in range(4)]
+        # Its third is over its own share of two.
+        assert lines == ["answered", "answered", "closed", "held"]
+        with socket.create_connection((host, port), timeout=10) as one, \
+                socket.create_connection((host, port), timeout=10) as two:
+            assert _who(one) == _who(two) == repr(ME)
+            with socket.create_connection((host, port), timeout=10) as three:
+                three.sendall(bytes.fromhex(request))
+                assert wait_closed(three) == b""      # and ours is two as well
+    finally:
+        holder.stdin.close()
+        holder.wait(20)
