@@ -181,3 +181,63 @@ def test_acting_as_is_the_calling_threads_alone(open_tmp: Path) -> None:
     thread.join(10)
     assert seen == [0]
     assert os.stat(tmp_path / "mine").st_uid == NOBODY.pw_uid
+
+
+#: A child that loads runas.py by its path (the system Python has none of the package's
+#: dependencies), seals itself if told to, prints its pid and waits to be killed. It
+#: is started by a shell of that user: a process whose ids root changed before its
+#: exec is not dumpable anyway, which would hide what seal_process does.
+SEALED_CHILD = """
+import importlib.util, os, sys, time
+spec = importlib.util.spec_from_file_location("runas", sys.argv[1])
+runas = sys.modules["runas"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(runas)
+if sys.argv[2] == "seal":
+    assert runas.seal_process()
+print(os.getpid(), flush=True)
+time.sleep(60)
+"""
+READER = """
+import sys
+try:
+    open(f"/proc/{sys.argv[1]}/environ", "rb").read()
+    print("read")
+except OSError as exc:
+    print(type(exc).__name__)
+"""
+
+
+@needs_root
+@pytest.mark.skipif(not os.access("/usr/bin/python3", os.X_OK),
+                    reason="needs the system Python, which uid 65534 may run")
+@pytest.mark.parametrize("seal, outcome", [("seal", "PermissionError"), ("no", "read")])
+def test_a_sealed_process_environment_is_not_its_own_users_to_read(
+        seal: str, outcome: str) -> None:
+    """seal_process (the daemon calls it at every start): a process of the same OS user
+    (a topology running as the daemon's user) cannot read its /proc/<pid>/environ."""
+    import subprocess
+
+    import nimbus_thrift.nimbus.runas as runas
+
+    source = Path(runas.__file__)
+    copy = Path(tempfile.mkdtemp(prefix="nimbus-seal-", dir="/tmp"))
+    try:
+        os.chmod(copy, 0o755)
+        shutil.copy(source, copy / "runas.py")
+        os.chmod(copy / "runas.py", 0o644)
+        with subprocess.Popen(["/bin/sh", "-c", '"$@" & wait', "sh", "/usr/bin/python3",
+                               "-I", "-c", SEALED_CHILD, str(copy / "runas.py"), seal],
+                              user=NOBODY.pw_uid, stdout=subprocess.PIPE,
+                              text=True) as shell:
+            assert shell.stdout is not None
+            pid = int(shell.stdout.readline())
+            try:
+                reader = subprocess.run(["/usr/bin/python3", "-I", "-c", READER,
+                                         str(pid)], user=NOBODY.pw_uid,
+                                        capture_output=True, text=True, timeout=30)
+            finally:
+                os.kill(pid, 9)
+                shell.wait(30)
+        assert reader.stdout.strip() == outcome
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
