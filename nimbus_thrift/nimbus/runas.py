@@ -87,6 +87,10 @@ def os_user_of(principal: str, principal_users: Mapping[str, str]) -> OsUser:
     if entry.pw_uid == os.geteuid():
         raise RunAsRefused(principal, f"{mapped}, the daemon's own "
                            "user: topologies never run as the daemon")
+    return _os_user(entry)
+
+
+def _os_user(entry: pwd.struct_passwd) -> OsUser:
     return OsUser(entry.pw_name, entry.pw_uid, entry.pw_gid,
                   tuple(os.getgrouplist(entry.pw_name, entry.pw_gid)),
                   entry.pw_dir, entry.pw_shell)
@@ -103,12 +107,9 @@ def run_as_name(config: Any, owner: str) -> str:
 def os_user_named(name: str) -> OsUser | None:
     """The account ``name`` (a launch's run-as user), None if there is none."""
     try:
-        entry = pwd.getpwnam(name)
+        return _os_user(pwd.getpwnam(name))
     except KeyError:
         return None
-    return OsUser(entry.pw_name, entry.pw_uid, entry.pw_gid,
-                  tuple(os.getgrouplist(entry.pw_name, entry.pw_gid)),
-                  entry.pw_dir, entry.pw_shell)
 
 
 def os_user_owning(directory: Path) -> OsUser | None:
