@@ -217,8 +217,10 @@ def _check_launch_maps(client: NimbusClient, tmp_path: Path, conf: dict[str, Any
     topology_id = client.submit_topology(WORDCOUNT, conf={
         **conf, "spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={loaded}"},
         wait=True, timeout=SPARK_TIMEOUT)
+    # The driver's JVM options travel in its properties file (never on spark-submit's
+    # command line): the JVM spark-submit execs has them on its own.
     assert f"-XX:SharedArchiveFile={archive}" in \
-        " ".join(launch_record(data_dir, topology_id)["command"])
+        proc_cmdline(launch_record(data_dir, topology_id)["pid"])
     wait_until("the first counts", lambda: counts(db).get("the"))
     shared = [line for line in loaded.read_text().splitlines()
               if "org.apache.spark." in line and "source: shared objects file" in line]
