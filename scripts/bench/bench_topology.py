@@ -20,11 +20,11 @@ the daemon's standby driver is ready (standby_drivers=1), so the topology takes 
 ``--start cold`` runs without one (standby_drivers=0); ``both`` (the default) does N
 runs of each, alternating, and prints the two medians side by side; ``early`` submits
 as soon as the daemon listens, so the topology takes the standby while it warms up.
-``--start all --run-as USER`` adds a third start, ``run-as``: the daemon with
+``--start all --run-as USER`` adds ``run-as`` and ``run-as-warm``: the daemon with
 run_as_user (as root, mapping the submitting principal, root, to the existing account
-USER through principal_users), whose topologies start cold (no standby drivers under
-run_as_user). It needs the install reachable by USER (docs/team.md: this Python, the
-package, the cache directory).
+USER through principal_users), cold, and warm (a first launch, killed at once, leaves
+a standby driver of USER's, which the measured launch takes). It needs the install
+reachable by USER (docs/team.md: this Python, the package, the cache directory).
 
 The launcher keeps a mirror of Spark home and the driver's class archive in the user's
 cache directory (``$XDG_CACHE_HOME/nimbus-thrift``): the first launch on a machine
@@ -119,8 +119,8 @@ def throughput(args: argparse.Namespace) -> None:
 
 
 def first_output(args: argparse.Namespace) -> None:
-    modes = {"both": ["warm", "cold"], "all": ["warm", "cold", "run-as"]}.get(
-        args.start, [args.start])
+    modes = {"both": ["warm", "cold"],
+             "all": ["warm", "cold", "run-as-warm", "run-as"]}.get(args.start, [args.start])
     if "run-as" in modes and not args.run_as:
         raise SystemExit("--start all needs --run-as USER (an existing account)")
     runs: dict[str, list[float]] = {mode: [] for mode in modes}
@@ -140,10 +140,10 @@ def first_output(args: argparse.Namespace) -> None:
     if "warm" in runs and "cold" in runs:
         warm, cold = (statistics.median(runs[m]) for m in ("warm", "cold"))
         print(f"median warm / cold: {warm:.1f} / {cold:.1f} s = {warm / cold:.2f}")
-    if "run-as" in runs and "cold" in runs:
-        run_as, cold = (statistics.median(runs[m]) for m in ("run-as", "cold"))
-        print(f"median run-as (cold) / cold: {run_as:.1f} / {cold:.1f} s = "
-              f"{run_as / cold:.2f}")
+    for run_as, plain in (("run-as", "cold"), ("run-as-warm", "warm")):
+        if run_as in runs and plain in runs:
+            a, b = (statistics.median(runs[m]) for m in (run_as, plain))
+            print(f"median {run_as} / {plain}: {a:.1f} / {b:.1f} s = {a / b:.2f}")
 
 
 #: Milestones of the first output, in the order they happen, and how each is seen:
@@ -164,8 +164,8 @@ MILESTONES = (
 def _first_output_once(args: argparse.Namespace, tmp: Path, mode: str) -> float:
     db = Path(tmp, "wc.sqlite")
     env = {**os.environ, "NIMBUS_THRIFT_LAUNCHER": "spark", "NIMBUS_THRIFT_UI_PORT": "0",
-           "NIMBUS_THRIFT_STANDBY_DRIVERS": "1" if mode == "warm" else "0"}
-    if mode == "run-as":
+           "NIMBUS_THRIFT_STANDBY_DRIVERS": "1" if mode.endswith("warm") else "0"}
+    if mode.startswith("run-as"):
         import pwd
         user = pwd.getpwnam(args.run_as)
         me = pwd.getpwuid(os.geteuid()).pw_name
@@ -193,7 +193,15 @@ def _first_output_once(args: argparse.Namespace, tmp: Path, mode: str) -> float:
             raise SystemExit("nimbus did not start")
         from nimbus_thrift.client.client import NimbusClient
         from nimbus_thrift.runner.rundir import RunDir
-        if mode == "warm":
+        if mode == "run-as-warm":
+            # A run-as standby is kept for the user who launched last: one launch
+            # (killed at once) first, then the standby it leaves, as that user.
+            with NimbusClient("127.0.0.1", port, timeout=60) as client:
+                client.submit_topology(ROOT / "examples" / "wordcount.py", name="primer",
+                                       conf={"wordcount.db": str(db) + ".primer"})
+                client.killTopologyWithOpts("primer",
+                                            client.idl.KillOptions(wait_secs=0))
+        if mode.endswith("warm"):
             _wait_for_standby(Path(tmp, "data"))
             # Spark ends Python workers idle for a minute: --standby-idle 90 measures
             # a standby that waited longer than that (runner/worker_daemon.py).
@@ -227,7 +235,7 @@ def _first_output_once(args: argparse.Namespace, tmp: Path, mode: str) -> float:
                 if now > 300:
                     raise SystemExit("no output after 300 s")
                 time.sleep(0.05)
-            launched = rd.launch if mode != "run-as" else \
+            launched = rd.launch if not mode.startswith("run-as") else \
                 Path(tmp, "data", "launches", f"{topology_id}.json")
             for name, path in (("launched", launched),
                                ("planned", rd.checkpoint / "offsets" / "0"),
@@ -267,7 +275,7 @@ def _wait_for_standby(data_dir: Path, limit: float = 300.0) -> None:
     t0 = time.monotonic()
     while True:
         ready = [d for d in Path(data_dir, "standby").glob("*")
-                 if (status := RunDir(d).read_status()) is not None
+                 if d.is_dir() and (status := RunDir(d).read_status()) is not None
                  and status.state == STANDBY_READY]
         if ready:
             print(f"standby ready {time.monotonic() - t0:.1f} s after the daemon")
