@@ -4,6 +4,7 @@ sockets (the fakes tier) or over a real connection (the sockets tier)."""
 
 from __future__ import annotations
 
+import enum
 import http.client
 import json
 import ssl
@@ -29,6 +30,14 @@ LOCAL = daemon_principal()
 ERROR_TEXT = ("ValueError: bad word\n"
               "  File \"wordcount/components.py\", line 7, in process\n"
               "    raise ValueError('bad word')")
+
+
+class Token(enum.Enum):
+    """What :meth:`WebEnv.post` sends as the ``x-csrf-token`` besides a given string
+    (``""`` included: an empty header) or None (no header)."""
+
+    #: The daemon's own antiForgeryToken, as its page sends it.
+    REAL = "real"
 
 
 class FiguresLauncher(FakeLauncher):
@@ -112,11 +121,15 @@ class WebEnv:
         return response.status, json.loads(response.body)
 
     def post(self, target: str, *, principal: str | None = LOCAL, body: bytes = b"",
-             token: str | None = "", headers: dict[str, str] | None = None
-             ) -> tuple[int, Any]:
+             token: str | Token | None = Token.REAL,
+             headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        """POST ``target`` with ``token`` as the ``x-csrf-token`` header: the daemon's
+        own by default, a given string as is (even ``""``), none with None."""
         sent = dict(headers or {})
-        if token is not None:
-            sent["x-csrf-token"] = token or self.app.csrf_token
+        if token is Token.REAL:
+            sent["x-csrf-token"] = self.app.csrf_token
+        elif token is not None:
+            sent["x-csrf-token"] = token
         response = self.request("POST", target, principal=principal, body=body,
                                 headers=sent)
         return response.status, json.loads(response.body)

@@ -19,7 +19,7 @@ from nimbus_thrift.nimbus.web.static import StaticFiles
 from nimbus_thrift.nimbus.web.storm_api import pretty_secs
 
 from support.nimbus import audit_events, request_as
-from support.web import ERROR_TEXT, LOCAL, WebEnv
+from support.web import ERROR_TEXT, LOCAL, Token, WebEnv
 
 
 @pytest.fixture
@@ -191,12 +191,13 @@ def test_actions_run_as_their_idl_methods(env: WebEnv) -> None:
 @pytest.mark.parametrize("headers, token, sentence", [
     ({}, None, "needs the x-csrf-token header"),
     ({}, "forged", "is not this daemon's antiForgeryToken"),
-    ({"origin": "http://evil.example"}, "", "from origin 'http://evil.example'"),
-    ({"sec-fetch-site": "cross-site"}, "", "cross-site request"),
-    ({"origin": "https://127.0.0.1:8080"}, "", "from origin"),     # another scheme
+    ({"origin": "http://evil.example"}, Token.REAL, "from origin 'http://evil.example'"),
+    ({"sec-fetch-site": "cross-site"}, Token.REAL, "cross-site request"),
+    ({"origin": "https://127.0.0.1:8080"}, Token.REAL, "from origin"),     # another scheme
 ])
 def test_cross_site_and_tokenless_actions_are_403(env: WebEnv, headers: dict[str, str],
-                                                  token: str | None, sentence: str) -> None:
+                                                  token: str | Token | None,
+                                                  sentence: str) -> None:
     tid = env.submit()
     status, body = env.post(f"/api/v1/topology/{tid}/kill/0", token=token, headers=headers)
     assert status == 403 and sentence in body["errorMessage"]
