@@ -1,5 +1,6 @@
 """Blob keys and archives at their edges, over a real Store in tmp_path and a fake
-clock: an archive holding links unpacks without any of them (nimbus/blobplace.py)."""
+clock: a key's length is counted in UTF-8 bytes (nimbus/blobacl.py), and an archive
+holding links unpacks without any of them (nimbus/blobplace.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Iterator
 import pytest
 
 from support.nimbus import FakeClock
-from nimbus_thrift.nimbus.blobacl import normalize_acl
+from nimbus_thrift.nimbus.blobacl import MAX_KEY_BYTES, BlobError, check_key, normalize_acl
 from nimbus_thrift.nimbus.blobplace import BlobMapping
 from nimbus_thrift.nimbus.blobstore import BlobStore
 from nimbus_thrift.nimbus.store import Store
@@ -37,6 +38,18 @@ def create(blobs: BlobStore, key: str, data: bytes) -> None:
     session = blobs.begin_create(key, normalize_acl([], "alice", 7), "alice")
     blobs.upload_chunk(session, data)
     blobs.finish(session)
+
+
+def test_a_key_is_measured_in_utf8_bytes(blobs: BlobStore) -> None:
+    # 128 characters, 256 bytes: over the limit (a local file name stops at 255 bytes).
+    key = "\u00e9" * 128
+    assert (len(key), len(key.encode()), MAX_KEY_BYTES) == (128, 256, 255)
+    with pytest.raises(BlobError, match="is 256 bytes long, over the limit of 255"):
+        check_key(key)
+    with pytest.raises(BlobError, match="over the limit"):
+        create(blobs, key, b"x")
+    # 255 bytes is a key.
+    assert check_key("\u00e9" * 127 + "k") == "\u00e9" * 127 + "k"
 
 
 def _tar_with_links() -> bytes:
