@@ -1,0 +1,103 @@
+"""Socket tier: make_server(processes=2) at its edges (rpc/processes.py): a child that
+outstays its grace in a rolling restart.
+
+The handler answers ``echo("pid")`` with the pid of the child that ran it. Every wait
+polls with a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+
+import nimbus_thrift
+from nimbus_thrift.demo import EchoHandler
+from nimbus_thrift.rpc import processes
+from nimbus_thrift.rpc.processes import ProcessServer
+
+from support.rawthrift import call, closed_by_peer, connect, roundtrip, wait_for
+
+
+class FreezingEcho(EchoHandler):
+    """``echo("pid")``: the pid of the child that ran it. ``echo("freeze")``: writes
+    that pid to ``report`` (a pipe the test reads), then stops the whole child with
+    SIGSTOP. It stands for any child that cannot act on its stop (a handler stuck in
+    C code that holds the GIL, a process stopped in a debugger): nothing it runs, not
+    even its main thread, can answer the parent or exit."""
+
+    def __init__(self, report: int) -> None:
+        self.report = report
+
+    def echo(self, s: str) -> str:
+        if s == "freeze":
+            os.write(self.report, b"%d\n" % os.getpid())
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return str(os.getpid()) if s == "pid" else s
+
+
+def serve(demo, handler: EchoHandler, **options) -> ProcessServer:
+    server = nimbus_thrift.make_server(demo.Echo, handler, port=0,
+                                       **{"processes": 2, "worker_threads": 4, **options})
+    assert isinstance(server, ProcessServer)
+    server.start()
+    return server
+
+
+def pid_of_call(demo, address) -> int:
+    """One call on a fresh connection: the pid of the child that answered."""
+    with connect(address) as sock:
+        return int(roundtrip(sock, call(demo.Echo, "echo", s="pid"), demo.Echo).body.success)
+
+
+def gone(pid: int) -> bool:
+    """No such process (reaped, not a zombie: a zombie still answers kill(pid, 0))."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def events(entries, name):
+    return [e for e in entries if e["event"] == name]
+
+
+def test_a_rolling_restart_kills_an_old_child_that_outstays_its_grace(demo, logs,
+                                                                       monkeypatch):
+    # A short grace and slack (read by the parent's reload thread; the old child is
+    # told its grace in the stop message), so the kill comes within ~2 s, not 16.
+    monkeypatch.setattr(processes, "DEFAULT_STOP_GRACE", 0.5)
+    monkeypatch.setattr(processes, "RELOAD_SETTLE", 0.2)
+    monkeypatch.setattr(processes, "STOP_SLACK", 1.0)
+    report_r, report_w = os.pipe()
+    server = serve(demo, FreezingEcho(report_w))
+    frozen_client = connect(server.address)
+    try:
+        old = server.children()
+        frozen_client.sendall(call(demo.Echo, "echo", s="freeze"))
+        assert select.select([report_r], [], [], 10)[0], "the freezing call was not run"
+        frozen = int(os.read(report_r, 64))
+        assert frozen in old
+        server.reload()
+        # Grace (0.7 s with the settle) and slack (1 s) pass, then SIGKILL.
+        wait_for(lambda: gone(frozen), timeout=10, what=f"the frozen child {frozen} killed")
+        killed = events(logs, "child_killed")
+        assert [e["pid"] for e in killed] == [frozen]
+        stopped = {e["pid"]: e["status"] for e in events(logs, "child_stopped")}
+        assert stopped[frozen] == "killed by SIGKILL"
+        # Its client's connection died with it (the parent holds no copy of it).
+        assert closed_by_peer(frozen_client, wait=5.0)
+        # The restart went on to the other slot, and new children serve.
+        wait_for(lambda: events(logs, "reload_done"), timeout=10, what="the rolling restart")
+        new = server.children()
+        assert len(new) == 2 and not set(new) & set(old)
+        assert pid_of_call(demo, server.address) in new
+        for pid in old:
+            wait_for(lambda: gone(pid), what=f"old child {pid} reaped")
+    finally:
+        frozen_client.close()
+        server.stop(grace=5.0)
+        os.close(report_r)
+        os.close(report_w)
+
