@@ -1,5 +1,6 @@
 """Socket tier: make_server(processes=2) at its edges (rpc/processes.py): a child that
-outstays its grace in a rolling restart.
+outstays its grace in a rolling restart, and the parent's copy of a connection it
+handed over.
 
 The handler answers ``echo("pid")`` with the pid of the child that ran it. Every wait
 polls with a deadline.
@@ -101,3 +102,16 @@ def test_a_rolling_restart_kills_an_old_child_that_outstays_its_grace(demo, logs
         os.close(report_r)
         os.close(report_w)
 
+
+def test_a_connection_closed_by_its_child_reaches_the_client_as_eof(demo):
+    """The parent accepts each connection and hands it to a child: once handed, the
+    child's is the only copy, so the child closing it (here: idle_timeout) closes it."""
+    server = serve(demo, EchoHandler(), idle_timeout=0.5)
+    try:
+        with connect(server.address) as sock:
+            assert roundtrip(sock, call(demo.Echo, "echo", s="hi"),
+                             demo.Echo).body.success == "hi"
+            assert closed_by_peer(sock, wait=5.0), \
+                "no EOF: another process still holds the connection open"
+    finally:
+        server.stop(grace=5.0)
