@@ -70,6 +70,7 @@ from .child import DEFAULT_STOP_GRACE, ChildFactory, child_main
 from .children import Child as Child
 from .children import Tally
 from .control import CONTROL_MAX
+from .forksafe import fork_holding_log_locks
 from .handoff import HandoffListener, hand_over, send_end
 from .methodstats import MethodFigures
 from .metrics import MetricsSnapshot
@@ -315,7 +316,7 @@ class ProcessServer:
         with self._fork_lock:
             control, control_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             handoff, handoff_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            pid = os.fork()
+            pid = fork_holding_log_locks()   # not os.fork(): see forksafe.py
             if pid == 0:  # the child: never returns
                 control.close()
                 handoff.close()
