@@ -12,12 +12,11 @@ import os
 import select
 import signal
 
-import nimbus_thrift
 from nimbus_thrift.demo import EchoHandler
 from nimbus_thrift.rpc import processes
-from nimbus_thrift.rpc.processes import ProcessServer
 
 from support.rawthrift import call, closed_by_peer, connect, roundtrip, wait_for
+from test_server_processes import gone, pid_of_call, serve
 
 
 class FreezingEcho(EchoHandler):
@@ -35,29 +34,6 @@ class FreezingEcho(EchoHandler):
             os.write(self.report, b"%d\n" % os.getpid())
             os.kill(os.getpid(), signal.SIGSTOP)
         return str(os.getpid()) if s == "pid" else s
-
-
-def serve(demo, handler: EchoHandler, **options) -> ProcessServer:
-    server = nimbus_thrift.make_server(demo.Echo, handler, port=0,
-                                       **{"processes": 2, "worker_threads": 4, **options})
-    assert isinstance(server, ProcessServer)
-    server.start()
-    return server
-
-
-def pid_of_call(demo, address) -> int:
-    """One call on a fresh connection: the pid of the child that answered."""
-    with connect(address) as sock:
-        return int(roundtrip(sock, call(demo.Echo, "echo", s="pid"), demo.Echo).body.success)
-
-
-def gone(pid: int) -> bool:
-    """No such process (reaped, not a zombie: a zombie still answers kill(pid, 0))."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def events(entries, name):

@@ -30,8 +30,8 @@ class PidEcho(EchoHandler):
         return str(os.getpid()) if s == "pid" else s
 
 
-def serve(demo, **options) -> ProcessServer:
-    server = nimbus_thrift.make_server(demo.Echo, PidEcho(), port=0,
+def serve(demo, handler: EchoHandler | None = None, **options) -> ProcessServer:
+    server = nimbus_thrift.make_server(demo.Echo, handler or PidEcho(), port=0,
                                        **{"processes": 2, "worker_threads": 4, **options})
     assert isinstance(server, ProcessServer)
     server.start()

@@ -74,8 +74,8 @@ from ...runner.spec import RunSpec, from_plan
 from ...topology.validate import InvalidTopology
 from ..config import NimbusConfig
 from ..launcher import LauncherError, LaunchSpec, RunStatus, WorkerNode
-from ..runas import ROOT_UID, OsUser, as_owner_of, os_user_named, own_work_dir, \
-    unreachable_parts
+from ..runas import ROOT_UID, OsUser, RunAsRefused, as_owner_of, os_user_of, \
+    own_work_dir, unreachable_parts
 from .app_home import AppSparkHome
 from .archive import ClassArchive
 from .archive_choice import ArchiveChoice
@@ -536,15 +536,12 @@ class SparkLauncher:
         """
         if not self.config.run_as_user:
             return None
-        user = os_user_named(spec.run_as) if spec.run_as else None
-        if user is None or user.uid in (ROOT_UID, os.geteuid()):
-            raise LauncherError(f"cannot run topology {spec.topology_id} as OS user "
-                                f"{spec.run_as!r}: "
-                                + ("no such account on this machine" if spec.run_as
-                                   and user is None else "run_as_user never runs "
-                                   "topologies as root, the daemon's user or nobody "
-                                   "named"))
-        return user
+        try:
+            # The name the handler mapped, checked again by the same rules.
+            return os_user_of(spec.run_as, {})
+        except RunAsRefused as exc:
+            raise LauncherError(f"cannot run topology {spec.topology_id} as its owner's "
+                                f"OS user: {exc}") from None
 
     def _control(self, topology_id: str, state: str) -> Run:
         run = self._known(topology_id)

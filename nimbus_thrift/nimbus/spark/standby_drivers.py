@@ -162,7 +162,7 @@ class StandbyDrivers:
             own_work_dir(rd.root, user)
         # In its directory as its owner (runas.py), as in a topology's.
         with as_owner_of(rd.root):
-            rd.logs.mkdir(parents=True, exist_ok=user is not None)
+            rd.logs.mkdir(parents=True)
             spec.write(rd.spec)
             rd.set_control("active")
         me = proc_info(os.getpid())
