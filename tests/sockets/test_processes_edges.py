@@ -61,6 +61,10 @@ def test_a_rolling_restart_kills_an_old_child_that_outstays_its_grace(demo, logs
         wait_for(lambda: gone(frozen), timeout=10, what=f"the frozen child {frozen} killed")
         killed = events(logs, "child_killed")
         assert [e["pid"] for e in killed] == [frozen]
+        # The parent reaps the child, then logs it: gone() can be true a moment before
+        # the line is there.
+        wait_for(lambda: frozen in {e["pid"] for e in events(logs, "child_stopped")},
+                 timeout=10, what=f"child_stopped for {frozen}")
         stopped = {e["pid"]: e["status"] for e in events(logs, "child_stopped")}
         assert stopped[frozen] == "killed by SIGKILL"
         # Its client's connection died with it (the parent holds no copy of it).
