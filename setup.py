@@ -16,19 +16,20 @@ from setuptools import Extension, setup
 
 _FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
 _RPC = "nimbus_thrift/rpc/"
+_CODEC = "nimbus_thrift/rpc/codec/"
 
 
-def _files(*names: str) -> list[str]:
-    return [_RPC + name for name in names]
+def _files(*names: str, where: str = _CODEC) -> list[str]:
+    return [where + name for name in names]
 
 
 setup(ext_modules=[
-    Extension("nimbus_thrift.rpc._fastio", _files("_fastio.c"), extra_compile_args=_FLAGS,
+    Extension("nimbus_thrift.rpc._fastio", _files("_fastio.c", where=_RPC), extra_compile_args=_FLAGS,
               optional=True),
-    Extension("nimbus_thrift.rpc._wire", _files("_wire.c", "_wireencode.c"),
+    Extension("nimbus_thrift.rpc.codec._wire", _files("_wire.c", "_wireencode.c"),
               depends=_files("_wirecommon.h", "_wireout.h", "_wire.h"),
               extra_compile_args=_FLAGS, optional=True),
-    Extension("nimbus_thrift.rpc._compact",
+    Extension("nimbus_thrift.rpc.codec._compact",
               _files("_compact.c", "_compactencode.c", "_compactscan.c"),
               depends=_files("_wirecommon.h", "_wireout.h", "_compact.h", "_compactread.h"),
               extra_compile_args=_FLAGS, optional=True),

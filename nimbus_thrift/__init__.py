@@ -35,7 +35,7 @@ _EXPORTS = {
     "NimbusUnavailable": "client", "ServerError": "client", "TlsError": "client",
     "OptionError": "rpc.options", "ServerOptions": "rpc.options",
     "Server": "rpc.server", "make_server": "rpc.server",
-    "ProcessServer": "rpc.processes",
+    "ProcessServer": "rpc.multiprocess.processes",
     "MetricsSnapshot": "rpc.metrics",
     "RequestInfo": "rpc.context", "current_request": "rpc.context",
 }
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from .rpc.context import RequestInfo, current_request
     from .rpc.metrics import MetricsSnapshot
     from .rpc.options import OptionError, ServerOptions
-    from .rpc.processes import ProcessServer
+    from .rpc.multiprocess.processes import ProcessServer
     from .rpc.server import Server, make_server
 
 __all__ = ["BadReply", "ConnectionLost", "FrameRefused", "MetricsSnapshot", "NimbusClient",

@@ -11,7 +11,7 @@ from types import ModuleType
 import structlog
 
 from . import idl
-from .rpc.processes import ProcessServer
+from .rpc.multiprocess.processes import ProcessServer
 
 log = structlog.get_logger(__name__)
 

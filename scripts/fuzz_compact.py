@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The long run of the issue-17 decoder fuzz: the compact decoder and the unframed
 scanners (binary and compact) driven with mutated messages, each case checked as
-tests/unit/test_fuzz_compact.py checks its fixed few thousand (the engine is
+tests/unit/rpc/codec/test_fuzz_compact.py checks its fixed few thousand (the engine is
 tests/support/compact_fuzz.py).
 
     .venv/bin/python scripts/fuzz_compact.py --cases 1000000 --seed 7

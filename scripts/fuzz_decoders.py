@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The long run of the decoder fuzz suite: the C and Python TBinaryProtocol decoders
 driven with mutated frames until --cases have run (or --seconds have passed), each
-case checked as tests/unit/test_fuzz_decoders.py checks its fixed few thousand (the
+case checked as tests/unit/rpc/codec/test_fuzz_decoders.py checks its fixed few thousand (the
 engine is tests/support/decoder_fuzz.py: both decoders agree, on values and on
 refusals, under random decoded-size budgets, and raise nothing but DecodeError).
 

@@ -41,15 +41,15 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$sta
 fi
 # An edited accelerator is rebuilt (the editable install builds them all in place). A
 # module's C files are named after it (_wire.c, _wireencode.c; setup.py lists the same),
-# and an edited header in rpc/ may change any of them: each is compared with the .so.
+# and an edited header in rpc/codec/ may change any of them: each is compared with the .so.
 stale=""
-for module in _fastio _wire _compact; do
-  so=$(ls nimbus_thrift/rpc/$module*.so 2>/dev/null | head -n 1 || true)
+for module in rpc/_fastio rpc/codec/_wire rpc/codec/_compact; do
+  so=$(ls nimbus_thrift/$module*.so 2>/dev/null | head -n 1 || true)
   if [ -z "$so" ] || [ setup.py -nt "$so" ]; then
     stale=1
     continue
   fi
-  for source in nimbus_thrift/rpc/"$module"*.c nimbus_thrift/rpc/*.h; do
+  for source in nimbus_thrift/"$module"*.c nimbus_thrift/rpc/codec/*.h; do
     if [ -e "$source" ] && [ "$source" -nt "$so" ]; then
       stale=1
     fi

@@ -1,6 +1,6 @@
 """The Python client of a nimbus daemon: :class:`NimbusClient` and submitting topologies.
 
-Built on the socket-free call encoding of :mod:`nimbus_thrift.rpc.calls`; the daemon's
+Built on the socket-free call encoding of :mod:`nimbus_thrift.rpc.codec.calls`; the daemon's
 code (:mod:`nimbus_thrift.nimbus`) is never imported here.
 
 Modules, each importing only those listed before it: ``defaults`` (plain constants),

@@ -13,7 +13,7 @@ One call::
       |                                                  at once, never retried
       | send the frame, read one reply frame,          NimbusTimeout, ConnectionLost
       |   all within `timeout` seconds                   (the socket is discarded)
-      | decode (bounds-checked, nimbus_thrift.rpc.binary,  BadReply (socket discarded)
+      | decode (bounds-checked, nimbus_thrift.rpc.codec.binary,  BadReply (socket discarded)
       |   within the decoded-size budget a server
       |   applies to requests)
       v
@@ -28,7 +28,7 @@ the call is safe to repeat can catch :class:`ConnectionLost` and call again.
 
 The protocol steps (binding, encoding, decoding, back-off delays, reading the
 server's refusal message) are the socket-free functions of
-:mod:`nimbus_thrift.rpc.calls`, tested byte by byte; the socket work is
+:mod:`nimbus_thrift.rpc.codec.calls`, tested byte by byte; the socket work is
 :mod:`.transport`'s; submitting a topology is :mod:`.submit`'s, which the
 shortcuts here call.
 """
@@ -48,8 +48,8 @@ from typing import Any
 import structlog
 
 from ..idl import NIMBUS_PORT, nimbus_idl
-from ..rpc import binary
-from ..rpc.calls import backoff_delays, bind_args, encode_call
+from ..rpc.codec import binary
+from ..rpc.codec.calls import backoff_delays, bind_args, encode_call
 # The server's default frame cap (Apache Thrift's TConfiguration default): a larger
 # frame would be refused anyway, so it is refused here before it is sent. Also the
 # largest reply frame read. Replies decode within the server's own default budget.

@@ -14,7 +14,7 @@ the next one. The next call connects afresh.
 :class:`FramedTransport` is the base of :class:`~nimbus_thrift.client.NimbusClient`,
 which checks the settings, encodes and numbers the calls, holds the lock that makes
 them take turns, and decides what to retry. The bytes are the socket-free steps of
-:mod:`nimbus_thrift.rpc.calls`.
+:mod:`nimbus_thrift.rpc.codec.calls`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 import structlog
 from thriftpy2.thrift import TApplicationException
 
-from ..rpc.calls import UnreadableReply, check_reply_length, decode_reply, parse_frame_refusal
+from ..rpc.codec.calls import UnreadableReply, check_reply_length, decode_reply, parse_frame_refusal
 from ..rpc.errors import AppErrorCode
 from .errors import (BadReply, ConnectionLost, FrameRefused, NimbusClientError, NimbusTimeout,
                      NimbusUnavailable, ServerError, TlsError, format_address)

@@ -50,14 +50,14 @@ import structlog
 from ..idl import nimbus_idl
 from ..rpc.server import Server, make_server
 from .config import MAX_UNIX_SOCKET_PATH_BYTES, ConfigError, NimbusConfig
-from .authz import CertificatePrincipals
-from .handler import NimbusHandler
+from .security.authz import CertificatePrincipals
+from .service.handler import NimbusHandler
 from .launcher import Launcher
-from .authz import daemon_principal
-from .launchers import load_launcher
-from .runas import TRAVERSE_MODE, seal_process
-from .store import Store
-from .tlsconf import server_ssl_context
+from .security.authz import daemon_principal
+from .launcher_choice import load_launcher
+from .security.runas import TRAVERSE_MODE, seal_process
+from .state.store import Store
+from .security.tlsconf import server_ssl_context
 from .web import HttpServer, make_web_server
 from .web.address import ui_url
 
@@ -271,7 +271,7 @@ class NimbusDaemon:
             raise
         try:
             from .launcher import LauncherError
-            from .store import StoreError
+            from .state.store import StoreError
             database = config.data_dir / DATABASE
             self._force_database_modes(database)     # before SQLite opens them
             try:

@@ -54,20 +54,20 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any
 
-from . import compact, forms
-from . import header as theader
-from .binary import read_message_header
+from .codec import compact, forms
+from .codec import header as theader
+from .codec.binary import read_message_header
 from .errors import AppErrorCode, FrameSizeError, NotThriftError, PeerShareError, RpcError
 from .fastio import grow_bytearray
-from .forms import (FRAMED_BINARY, FRAMED_COMPACT, HEADER, Form, Message, classify_prefix,
+from .codec.forms import (FRAMED_BINARY, FRAMED_COMPACT, HEADER, Form, Message, classify_prefix,
                     framed_form, unframed_form)
 from .memory import MemoryBudget
 from .peers import PeerShare
 from .states import TRANSITIONS, Event, IllegalTransition, State
-from .unframed import Scanner
+from .codec.unframed import Scanner
 
 try:  # The C scan of an unframed message that arrived whole (_compactscan.c).
-    from ._compact import scan_message as _scan_message
+    from .codec._compact import scan_message as _scan_message
 except ImportError:  # pragma: no cover - exercised only without the C extension
     _scan_message = None  # type: ignore[assignment]  # None: the C module is not built
 

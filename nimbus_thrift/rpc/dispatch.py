@@ -39,12 +39,12 @@ from typing import Any, Callable
 import structlog
 from thriftpy2.thrift import TApplicationException
 
-from . import binary, compact, forms, header
+from .codec import binary, compact, forms, header
 from .context import REQUEST
-from .decoded import DECODED_SIZE_FLOOR
+from .codec.decoded import DECODED_SIZE_FLOOR
 from .errors import (AppErrorCode, DecodeBudgetError, DecodeError, InvalidMessageTypeError,
                      RequestError, UnknownMethodError, WireError)
-from .forms import FRAMED_BINARY, Form, Message
+from .codec.forms import FRAMED_BINARY, Form, Message
 from .methodstats import MethodStats
 from .options import DEFAULT_DECODED_SIZE_FACTOR, DEFAULT_MAX_FRAME_SIZE
 

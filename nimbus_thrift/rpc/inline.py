@@ -48,10 +48,10 @@ from typing import Any
 
 import structlog
 
-from . import compact
-from .binary import CALL
+from .codec import compact
+from .codec.binary import CALL
 from .errors import DecodeError, WireError
-from .forms import Message
+from .codec.forms import Message
 
 log = structlog.get_logger(__name__)
 
@@ -118,7 +118,7 @@ def message_key(message: Message) -> bytes | None:
 #: :func:`_method_key`, in C (_wire.c) when built: a tenth of the time, for every call.
 method_key: Callable[[Any], bytes | None] = _method_key
 try:
-    from ._wire import call_name
+    from .codec._wire import call_name
     method_key = call_name
 except ImportError:  # pragma: no cover - exercised only where the C module is absent
     pass

@@ -26,7 +26,7 @@ from .selector import Selector
 from .unixsock import bind_unix
 
 if TYPE_CHECKING:
-    from .processes import ProcessServer
+    from .multiprocess.processes import ProcessServer
 
 log = structlog.get_logger(__name__)
 
@@ -212,7 +212,7 @@ def make_server(service: ModuleType | Any, handler: object, host: str = "127.0.0
         host, port: where to listen; port 0 picks a free port (read it from ``start()``).
         services: ``{"Name": (service, handler)}`` for TMultiplexedProtocol clients.
         processes: 1 (the default) is one :class:`Server` in this process; N > 1 is a
-            :class:`~nimbus_thrift.rpc.processes.ProcessServer`: a supervising parent
+            :class:`~nimbus_thrift.rpc.multiprocess.processes.ProcessServer`: a supervising parent
             and N forked children on one shared listening socket, each with its own
             copy of the handlers (see rpc/processes.py for what that means for their
             state) and 1/N of the memory budgets.
@@ -236,8 +236,8 @@ def make_server(service: ModuleType | Any, handler: object, host: str = "127.0.0
     if processes == 1 and not isinstance(processes, bool):
         return Server(dispatcher, host, port, opts)
     # Imported only here: a one-process server pays nothing for the other kind.
-    from .processes import ProcessServer
-    from .supervision import check_processes
+    from .multiprocess.processes import ProcessServer
+    from .multiprocess.supervision import check_processes
 
     check_processes(processes, opts)
 

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .fastio import NATIVE_TLS
-from .forms import classify_prefix
+from .codec.forms import classify_prefix
 
 #: What a verified client certificate (``SSLSocket.getpeercert()``) maps to as the
 #: request's principal; it raises :class:`CertificateRefused` for a certificate that

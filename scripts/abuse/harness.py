@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 from abuse_common import ATTACKER, rss_mib  # noqa: E402
 from nimbus_thrift.client import NimbusClient  # noqa: E402
 from nimbus_thrift.idl import nimbus_idl  # noqa: E402
-from nimbus_thrift.rpc.calls import bind_args, decode_reply, encode_call  # noqa: E402
+from nimbus_thrift.rpc.codec.calls import bind_args, decode_reply, encode_call  # noqa: E402
 
 #: What the issue asks of a well-behaved client while an attack goes on.
 GOOD_LATENCY_S = 1.0

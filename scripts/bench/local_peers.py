@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 from nimbus_thrift.demo import EchoHandler, demo_thrift  # noqa: E402
 from nimbus_thrift.nimbus.web.httpserver import HttpServer  # noqa: E402
 from nimbus_thrift.nimbus.web.messages import Request, Response  # noqa: E402
-from nimbus_thrift.rpc import binary  # noqa: E402
+from nimbus_thrift.rpc.codec import binary  # noqa: E402
 from nimbus_thrift.rpc.localpeer import PeerLookup  # noqa: E402
 from nimbus_thrift.rpc.server import make_server  # noqa: E402
 

@@ -66,7 +66,7 @@ print(json.dumps(out))
 def codec_figures() -> dict[str, float]:
     from nimbus_thrift.demo import demo_thrift
     from nimbus_thrift.nimbus import nimbus_idl
-    from nimbus_thrift.rpc import binary, compact
+    from nimbus_thrift.rpc.codec import binary, compact
     d = demo_thrift()
     n = nimbus_idl()
     args = d.Echo.echo_args(s="hello")
@@ -133,9 +133,9 @@ def _thriftpy2_server(d, trans: str, proto: str) -> tuple[object, tuple[str, int
 
 def _closed_loop(address: tuple[str, int], request: bytes, transport: str, protocol: str,
                  seconds: float) -> float:
-    from nimbus_thrift.rpc.unframed import Scanner
+    from nimbus_thrift.rpc.codec.unframed import Scanner
     try:
-        from nimbus_thrift.rpc._compact import scan_message as fast_scan
+        from nimbus_thrift.rpc.codec._compact import scan_message as fast_scan
     except ImportError:
         fast_scan = None  # type: ignore[assignment]
     with socket.create_connection(address) as sock:
@@ -166,7 +166,7 @@ def _closed_loop(address: tuple[str, int], request: bytes, transport: str, proto
 def round_trips(seconds: float) -> dict[str, float]:
     import nimbus_thrift
     from nimbus_thrift.demo import EchoHandler, demo_thrift
-    from nimbus_thrift.rpc import binary, compact, header
+    from nimbus_thrift.rpc.codec import binary, compact, header
     d = demo_thrift()
     args = d.Echo.echo_args(s="hello")
     forms = {

@@ -44,7 +44,7 @@ from interop.storm_idl import load_storm, require_storm_idl, storm_idl_present
 from support.nimbus import WORDCOUNT_CODE, FakeLauncher, make_zip
 from nimbus_thrift import idl
 from nimbus_thrift.nimbus import NimbusDaemon, load_config
-from nimbus_thrift.nimbus.authz import daemon_principal
+from nimbus_thrift.nimbus.security.authz import daemon_principal
 from nimbus_thrift.nimbus.launcher import ComponentStats
 
 pytestmark = pytest.mark.interop

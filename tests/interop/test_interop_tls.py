@@ -31,7 +31,7 @@ import pytest
 import nimbus_thrift
 from nimbus_thrift.demo import EchoHandler
 from nimbus_thrift.nimbus import load_config
-from nimbus_thrift.nimbus.tlsconf import server_ssl_context
+from nimbus_thrift.nimbus.security.tlsconf import server_ssl_context
 
 from support.rawthrift import wait_for
 

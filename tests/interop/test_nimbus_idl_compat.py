@@ -50,7 +50,7 @@ from interop.storm_idl import (
     INSTALL_HINT, load_storm, require_storm_idl,
 )
 from nimbus_thrift import idl
-from nimbus_thrift.rpc import binary
+from nimbus_thrift.rpc.codec import binary
 
 interop = pytest.mark.interop
 

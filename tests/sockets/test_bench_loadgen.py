@@ -19,7 +19,7 @@ import pytest
 
 import nimbus_thrift
 from nimbus_thrift.demo import EchoHandler
-from nimbus_thrift.rpc import binary, compact
+from nimbus_thrift.rpc.codec import binary, compact
 from support.rawthrift import recv_exact
 
 LOADGEN_SRC = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "loadgen.c"

@@ -25,7 +25,7 @@ from nimbus_thrift.client.blobs import (blob_rows, download_blob, list_blobs,
 from nimbus_thrift.client.client import NimbusClient
 from nimbus_thrift.nimbus import NimbusDaemon, load_config
 from nimbus_thrift.nimbus import daemon as daemon_module
-from nimbus_thrift.nimbus.handler import NimbusHandler
+from nimbus_thrift.nimbus.service.handler import NimbusHandler
 
 #: The creator of what this file's clients make: on loopback TCP, the OS user.
 ME = pwd.getpwuid(os.geteuid()).pw_name

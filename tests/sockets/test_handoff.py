@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from nimbus_thrift.rpc.handoff import HandoffListener, hand_over, send_end
+from nimbus_thrift.rpc.multiprocess.handoff import HandoffListener, hand_over, send_end
 
 
 @pytest.fixture

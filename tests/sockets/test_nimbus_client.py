@@ -17,7 +17,8 @@ from thriftpy2.thrift import TApplicationException
 
 import nimbus_thrift
 from nimbus_thrift.idl import NIMBUS_PORT as DEFAULT_PORT
-from nimbus_thrift.rpc import binary, options
+from nimbus_thrift.rpc import options
+from nimbus_thrift.rpc.codec import binary
 from nimbus_thrift.client.client import DEFAULT_MAX_FRAME_SIZE, NimbusClient, nimbus_idl
 from nimbus_thrift.client.defaults import (DEFAULT_CHUNK_SIZE, DEFAULT_MAX_DOWNLOAD_BYTES,
                                            READ_ONLY_METHODS)
@@ -31,7 +32,7 @@ from nimbus_thrift.client.errors import (
     NimbusUnavailable,
     ServerError,
 )
-from nimbus_thrift.rpc.calls import (
+from nimbus_thrift.rpc.codec.calls import (
     UnreadableReply,
     backoff_delays,
     bind_args,

@@ -14,7 +14,7 @@ from support.nimbus import FakeLauncher, make_zip, wordcount
 from nimbus_thrift.client.client import NimbusClient
 from nimbus_thrift.nimbus import DaemonError, NimbusDaemon, load_config
 from nimbus_thrift.nimbus.launcher import LauncherError
-from nimbus_thrift.nimbus.launchers import UnscheduledLauncher, load_launcher
+from nimbus_thrift.nimbus.launcher_choice import UnscheduledLauncher, load_launcher
 
 CLI = [str(Path(sys.executable).with_name("nimbus-thrift"))]
 CREATED: list[Any] = []

@@ -28,7 +28,7 @@ from support.browser import WAIT_S, browser, severe_console_lines  # noqa: F401
 from support.nimbus import FakeLauncher, N, make_zip, tcp, wordcount
 from support.rawthrift import frame, message, roundtrip
 from nimbus_thrift.nimbus import NimbusDaemon, load_config
-from nimbus_thrift.nimbus.authz import daemon_principal
+from nimbus_thrift.nimbus.security.authz import daemon_principal
 from nimbus_thrift.nimbus.launcher import ComponentStats, RunStatus
 
 REPLY = 2

@@ -13,7 +13,7 @@ import select
 import signal
 
 from nimbus_thrift.demo import EchoHandler
-from nimbus_thrift.rpc import processes
+from nimbus_thrift.rpc.multiprocess import processes
 
 from support.rawthrift import call, closed_by_peer, connect, roundtrip, wait_for
 from test_server_processes import gone, pid_of_call, serve

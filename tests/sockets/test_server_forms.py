@@ -17,7 +17,7 @@ import pytest
 
 import nimbus_thrift
 from nimbus_thrift.demo import EchoHandler
-from nimbus_thrift.rpc import binary, compact, header
+from nimbus_thrift.rpc.codec import binary, compact, header
 from support.certs import make_pki
 from support.rawthrift import connect, recv_exact, wait_closed, wait_for
 
@@ -41,7 +41,7 @@ _PENDING: dict[socket.socket, bytes] = {}
 def read_message(sock: socket.socket, protocol: str) -> bytes:
     """One unframed message read off ``sock`` (found with the server's own scanner);
     bytes of the next one stay for the next call."""
-    from nimbus_thrift.rpc.unframed import Scanner
+    from nimbus_thrift.rpc.codec.unframed import Scanner
     scan = Scanner(protocol, 1 << 24)
     data = _PENDING.pop(sock, b"")
     while True:

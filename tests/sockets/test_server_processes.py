@@ -21,7 +21,7 @@ import pytest
 import nimbus_thrift
 from nimbus_thrift.demo import EchoHandler
 from nimbus_thrift.rpc.options import ServerOptions
-from nimbus_thrift.rpc.processes import ProcessServer
+from nimbus_thrift.rpc.multiprocess.processes import ProcessServer
 
 from support.rawthrift import call, connect, roundtrip, wait_for
 

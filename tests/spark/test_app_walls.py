@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from nimbus_thrift.nimbus.spark.processes import proc_cmdline, session_members
+from nimbus_thrift.nimbus.spark.proctree import proc_cmdline, session_members
 from nimbus_thrift.nimbus.spark.properties import write_properties
 from support.daemon_process import DaemonProcess
 from support.spark_daemon import (FAST_JVM_ENV, SPARK_TIMEOUT, SparkDaemons, client_of,

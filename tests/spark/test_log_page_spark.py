@@ -20,9 +20,9 @@ from typing import Any, Iterator
 import pytest
 
 from nimbus_thrift.nimbus.config import load_config
-from nimbus_thrift.nimbus.handler import NimbusHandler
+from nimbus_thrift.nimbus.service.handler import NimbusHandler
 from nimbus_thrift.nimbus.spark.launcher import SparkLauncher
-from nimbus_thrift.nimbus.store import Store
+from nimbus_thrift.nimbus.state.store import Store
 from nimbus_thrift.topology.package import prepare
 from support.nimbus import N, upload
 from support.spark import FAST_JVM

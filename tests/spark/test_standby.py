@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from nimbus_thrift.client.client import NimbusClient
-from nimbus_thrift.nimbus.spark.processes import session_members
+from nimbus_thrift.nimbus.spark.proctree import session_members
 from nimbus_thrift.runner.rundir import STANDBY_READY, RunDir
 from support.daemon_process import DaemonProcess
 from support.spark_daemon import SparkDaemons, client_of, wait_until

@@ -28,7 +28,7 @@ from thriftpy2.utils import serialize
 
 from interop.storm_clients import load_generated
 from nimbus_thrift.nimbus.spark.launcher import SparkLauncher
-from nimbus_thrift.nimbus.spark.processes import session_members
+from nimbus_thrift.nimbus.spark.proctree import session_members
 from nimbus_thrift.topology.package import prepare
 from support.spark_daemon import in_process_daemon, wait_until
 

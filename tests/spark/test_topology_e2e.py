@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from nimbus_thrift.client.client import NimbusClient
-from nimbus_thrift.nimbus.spark.processes import proc_cmdline, session_members
+from nimbus_thrift.nimbus.spark.proctree import proc_cmdline, session_members
 from support.spark_cluster import StandaloneCluster
 from test_examples import expected_counts
 from support.daemon_process import DaemonProcess

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from nimbus_thrift.cli import main
 from nimbus_thrift.nimbus.config import load_config
 from nimbus_thrift.nimbus.spark.launcher import SparkLauncher
-from nimbus_thrift.nimbus.spark.processes import session_members
+from nimbus_thrift.nimbus.spark.proctree import session_members
 from nimbus_thrift.nimbus.spark.warmup import WARMUP_CONF, WARMUP_ID, WarmUpError, warm_up
 from nimbus_thrift.nimbus.spark.warmup_topology import WarmUp
 from nimbus_thrift.topology.validate import check_topology

@@ -1,4 +1,4 @@
-"""Test cases for the TBinaryProtocol decoders (tests/unit/test_binary.py, the decoded-size
+"""Test cases for the TBinaryProtocol decoders (tests/unit/rpc/codec/test_binary.py, the decoded-size
 budget and the fuzz tests): a thrift IDL with every type, hex and value fixtures, and
 the outcome of each decoder on a frame, compared between the C fast path and Python."""
 
@@ -13,8 +13,8 @@ import thriftpy2
 from thriftpy2.protocol.cybin import TCyBinaryProtocol
 from thriftpy2.transport.memory import TCyMemoryBuffer
 
-from nimbus_thrift.rpc import binary, pydecode
-from nimbus_thrift.rpc.decoded import UNLIMITED, Budget
+from nimbus_thrift.rpc.codec import binary, pydecode
+from nimbus_thrift.rpc.codec.decoded import UNLIMITED, Budget
 from nimbus_thrift.rpc.errors import DecodeError
 
 IDL = """

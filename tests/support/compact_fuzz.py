@@ -1,6 +1,6 @@
 """A fuzzer of the decoders issue 17 added: the TCompactProtocol decoder (rpc/compact.py)
 and the unframed-message scanner (rpc/unframed.py) for both protocols. Used by
-tests/unit/test_fuzz_compact.py (a fixed number of cases and seed) and
+tests/unit/rpc/codec/test_fuzz_compact.py (a fixed number of cases and seed) and
 scripts/fuzz_compact.py (as long as asked).
 
 Each case takes a valid message (a seed: a struct of the test IDL, support.binary_cases,
@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from nimbus_thrift.rpc import binary, compact, pydecode
-from nimbus_thrift.rpc.decoded import UNLIMITED, Budget
+from nimbus_thrift.rpc.codec import binary, compact, pydecode
+from nimbus_thrift.rpc.codec.decoded import UNLIMITED, Budget
 from nimbus_thrift.rpc.errors import DecodeError, FrameSizeError, RpcError
-from nimbus_thrift.rpc.unframed import Scanner, ScanError
+from nimbus_thrift.rpc.codec.unframed import Scanner, ScanError
 
 from .binary_cases import round_trip_cases
 

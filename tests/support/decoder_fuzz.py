@@ -1,5 +1,5 @@
 """A differential fuzzer of the two TBinaryProtocol decoders (rpc/_wire.c and the Python
-decoder of rpc/binary.py), used by tests/unit/test_fuzz_decoders.py (a fixed number of
+decoder of rpc/binary.py), used by tests/unit/rpc/codec/test_fuzz_decoders.py (a fixed number of
 cases, a fixed seed) and scripts/fuzz_decoders.py (as long as asked).
 
 Each case takes a valid encoding (a seed) of a struct of the test IDL
@@ -31,8 +31,8 @@ from typing import Any
 from thriftpy2.thrift import TType
 
 from nimbus_thrift.idl import nimbus_idl
-from nimbus_thrift.rpc import binary, pydecode
-from nimbus_thrift.rpc.decoded import UNLIMITED, Budget
+from nimbus_thrift.rpc.codec import binary, pydecode
+from nimbus_thrift.rpc.codec.decoded import UNLIMITED, Budget
 from nimbus_thrift.rpc.errors import BadVersionError, DecodeError
 
 from .binary_cases import encode_cy, h, round_trip_cases, ALL_HEX

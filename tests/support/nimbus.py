@@ -239,7 +239,7 @@ def audit_events() -> Iterator[Callable[[], list[dict[str, Any]]]]:
     import structlog
     from structlog.testing import LogCapture
 
-    from nimbus_thrift.nimbus import audit
+    from nimbus_thrift.nimbus.security import audit
     from nimbus_thrift.rpc.context import merge_request_context
 
     capture = LogCapture()

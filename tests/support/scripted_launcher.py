@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 from nimbus_thrift.nimbus.launcher import LauncherError, LaunchSpec, RunStatus
-from nimbus_thrift.nimbus.launchers import UnscheduledLauncher
+from nimbus_thrift.nimbus.launcher_choice import UnscheduledLauncher
 
 SCRIPT_KEY = "test.status.script"
 LAUNCH_ERROR_KEY = "test.launch.error"

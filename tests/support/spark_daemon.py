@@ -21,7 +21,7 @@ import pytest
 from nimbus_thrift.client.client import NimbusClient
 from nimbus_thrift.nimbus import NimbusDaemon, load_config
 from nimbus_thrift.nimbus.spark.launcher import SparkLauncher
-from nimbus_thrift.nimbus.spark.processes import session_members
+from nimbus_thrift.nimbus.spark.proctree import session_members
 from nimbus_thrift.nimbus.spark.standby_app import STANDBY_DIR
 from support.daemon_process import DaemonProcess
 from support.polling import wait_for_value

@@ -11,11 +11,11 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-from nimbus_thrift.nimbus.authz import daemon_principal
+from nimbus_thrift.nimbus.security.authz import daemon_principal
 from nimbus_thrift.nimbus.config import load_config
-from nimbus_thrift.nimbus.handler import NimbusHandler
+from nimbus_thrift.nimbus.service.handler import NimbusHandler
 from nimbus_thrift.nimbus.launcher import ComponentStats, RunStatus, WorkerNode
-from nimbus_thrift.nimbus.store import Store
+from nimbus_thrift.nimbus.state.store import Store
 from nimbus_thrift.nimbus.web import WebApp
 from nimbus_thrift.nimbus.web.messages import HttpError, Request, Response
 

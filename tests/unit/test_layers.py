@@ -212,12 +212,12 @@ def test_the_circle_finder_finds_circles() -> None:
 def test_the_layer_check_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     source = tmp_path / "mod.py"
     source.write_text("from typing import TYPE_CHECKING\n"
-                      "if TYPE_CHECKING:\n    from ..nimbus import handler\n"
+                      "if TYPE_CHECKING:\n    from ..nimbus.service import handler\n"
                       "def f():\n    from ..client.client import NimbusClient\n")
-    modules = {"nimbus_thrift.nimbus.handler": source, "nimbus_thrift.client.client": source}
+    modules = {"nimbus_thrift.nimbus.service.handler": source, "nimbus_thrift.client.client": source}
     found = _imports("nimbus_thrift.rpc.mod", source, modules)
     assert [(i.target, i.type_only) for i in found] == [
-        ("nimbus_thrift.nimbus.handler", True), ("nimbus_thrift.client.client", False)]
+        ("nimbus_thrift.nimbus.service.handler", True), ("nimbus_thrift.client.client", False)]
 
 
 @pytest.mark.parametrize("name", sorted(_modules()))

@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 
 import structlog
 
-from .processes import exit_text, kill_group
+from .proctree import exit_text, kill_group
 
 log = structlog.get_logger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 from ...runner.spec import RunSpec
 from .archive import JVM_CRASH, ClassArchive, archive_layout, unlink
-from .processes import proc_cmdline
+from .proctree import proc_cmdline
 from .records import Run
 from .status import launch_stderr
 from .submit import user_confs

@@ -74,7 +74,7 @@ from ...runner.spec import RunSpec, from_plan
 from ...topology.validate import InvalidTopology
 from ..config import NimbusConfig
 from ..launcher import LauncherError, LaunchSpec, RunStatus, WorkerNode
-from ..runas import ROOT_UID, OsUser, RunAsRefused, as_owner_of, os_user_of, \
+from ..security.runas import ROOT_UID, OsUser, RunAsRefused, as_owner_of, os_user_of, \
     own_work_dir, unreachable_parts
 from .app_home import AppSparkHome
 from .archive import ClassArchive

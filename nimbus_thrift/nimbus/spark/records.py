@@ -18,8 +18,8 @@ import structlog
 
 from ...runner.rundir import RunDir, RunState, write_atomic
 from ..config import NimbusConfig
-from ..runas import as_owner_of
-from .processes import proc_info
+from ..security.runas import as_owner_of
+from .proctree import proc_info
 
 log = structlog.get_logger(__name__)
 

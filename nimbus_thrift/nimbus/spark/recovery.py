@@ -20,7 +20,7 @@ from ...runner.rundir import read_untrusted
 from ...runner.spec import RunSpec
 from ..config import NimbusConfig
 from .archive_choice import ArchiveChoice
-from .processes import exit_text
+from .proctree import exit_text
 from .records import FINAL_STATES, Run
 from .spawn import Spawner
 from .status import MAX_ERRORS, SPARK_COMPONENT, failure_text

@@ -20,11 +20,11 @@ import structlog
 from ...runner.spec import RunSpec
 from ..config import NimbusConfig
 from ..launcher import LauncherError
-from ..runas import as_owner_of, os_user_owning, process_options
+from ..security.runas import as_owner_of, os_user_owning, process_options
 from .app_home import AppSparkHome
 from .archive_choice import ArchiveChoice
 from .memory import memory_request
-from .processes import proc_info
+from .proctree import proc_info
 from .records import Run
 from .status import BANNER
 from .properties import spark_defaults, write_properties

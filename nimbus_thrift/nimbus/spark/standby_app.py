@@ -43,8 +43,8 @@ from ...runner.rundir import STANDBY_READY, RunDir, write_atomic
 from ...runner.spec import RunSpec, from_plan
 from ...topology.validate import InvalidTopology, check_topology
 from ..launcher import LauncherError
-from ..runas import as_owner_of
-from .processes import KILL_WAIT_SECS, proc_info, session_members, signal_session
+from ..security.runas import as_owner_of
+from .proctree import KILL_WAIT_SECS, proc_info, session_members, signal_session
 from .standby import Phase
 
 log = structlog.get_logger(__name__)

@@ -24,11 +24,11 @@ from ...runner.spec import RunSpec
 from ..admission import default_budget
 from ..config import NimbusConfig
 from ..launcher import LauncherError
-from ..runas import (TRAVERSE_MODE, OsUser, as_owner_of, os_user_owning, own_work_dir,
+from ..security.runas import (TRAVERSE_MODE, OsUser, as_owner_of, os_user_owning, own_work_dir,
                      process_options)
 from .archive_choice import ArchiveChoice
 from .master import local_threads
-from .processes import proc_info
+from .proctree import proc_info
 from .records import Run
 from .spawn import Spawner, memory_of, started
 from .standby import StandbyPool

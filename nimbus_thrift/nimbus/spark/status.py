@@ -34,7 +34,7 @@ from ...runner.rundir import (STANDBY_WARMING, RunState, read_untrusted_tail,
                               report_malformed)
 from ..config import NimbusConfig
 from ..launcher import ComponentStats, RunStatus
-from .processes import exit_text
+from .proctree import exit_text
 from .records import Run
 from .submit import LOCAL_HOST
 

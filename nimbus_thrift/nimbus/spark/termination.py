@@ -17,7 +17,7 @@ from typing import Callable
 import structlog
 
 from ..launcher import LauncherError
-from .processes import KILL_WAIT_SECS, session_members, signal_session
+from .proctree import KILL_WAIT_SECS, session_members, signal_session
 from .records import Run
 
 log = structlog.get_logger(__name__)

@@ -23,7 +23,7 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
 from prometheus_client.registry import Collector
 
 from ...rpc.methodstats import BUCKETS, OUTCOMES
-from ..lifecycle import Status
+from ..state.lifecycle import Status
 from .calls import call_as
 from .messages import Request, Response
 

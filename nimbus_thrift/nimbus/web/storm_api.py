@@ -15,8 +15,8 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from ..page_calls import WINDOWS
-from ..queries import ALL_TIME
+from ..service.pages import WINDOWS
+from ..service.queries import ALL_TIME
 from .calls import call_as
 from .messages import Request, Response
 

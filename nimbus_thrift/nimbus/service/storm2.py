@@ -1,0 +1,245 @@
+"""The methods Storm 2.x added to ``service Nimbus`` that are not the blob store's, the
+log levels' or the UI pages' (:mod:`.blob_calls`, :mod:`.log_calls`,
+:mod:`.page_calls`): summaries and lookups by name, getTopologyInfo with options,
+history and owners, and the calls that mean nothing on Spark.
+
+What each does here:
+
+===================================  ===============================================
+getTopologySummaries                 getClusterInfo's topologies (``storm list``)
+getTopologySummary(ByName)           one of them by id (name), or NotAliveException
+getTopologyInfoByName                getTopologyInfo by name
+getTopologyInfo(ByName)WithOpts      with GetInfoOptions.num_err_choice ALL/NONE/ONE
+getTopologyHistory                   ids of the stored topologies ``user`` may read
+getOwnerResourceSummaries            counts and requested memory per owner
+getComponentPendingProfileActions    an empty list: nothing is ever pending
+createStateInZookeeper               nothing to do: no ZooKeeper; succeeds (Storm's
+                                     blob store client calls it after every upload)
+setWorkerProfiler,                   not supported on Spark: a TApplicationException
+uploadNewCredentials,                saying so, after the caller is authorized and
+Storm's supervisor calls             the topology found
+===================================  ===============================================
+
+A base of :class:`~.handler.NimbusHandler`, on the handler's state like
+:class:`~.queries.NimbusQueries`. Each method runs inside ``self._gate`` (the rule of
+:data:`.authz.METHODS`, then the audit) and :func:`.wire_errors.storm_errors` (errors
+Storm does not declare for the method go back as a TApplicationException with a
+sentence, never as a dropped connection or a traceback).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from ..security.authz import Call
+from .queries import NimbusQueries
+from ..state.store import TopologyRecord
+from .wire_errors import NotSupported
+from .wire_errors import storm_errors as _storm_errors
+
+log = structlog.get_logger(__name__)
+
+#: Storm's memory figures are in MB.
+MB = 1024 * 1024
+
+
+class StormTwoCalls(NimbusQueries):
+    """Storm 2.x's summaries, lookups, history, owners and unsupported calls."""
+
+    # --- summaries and lookups --------------------------------------------------------
+    @_storm_errors
+    def getTopologySummaries(self) -> list[Any]:
+        with self._gate("getTopologySummaries") as call:
+            self.authz.check(call)
+            return self._summaries(self.clock())
+
+    @_storm_errors
+    def getTopologySummaryByName(self, name: str) -> Any:
+        with self._gate("getTopologySummaryByName", topology=name) as call:
+            self.authz.check(call)
+            return self._one_summary(lambda row: row.name == name,
+                                     f"no topology named {name!r}")
+
+    @_storm_errors
+    def getTopologySummary(self, id: str) -> Any:
+        with self._gate("getTopologySummary", topology=id) as call:
+            self.authz.check(call)
+            return self._one_summary(lambda row: row.id == id,
+                                     f"no topology with id {id!r}")
+
+    def _one_summary(self, match: Any, missing: str) -> Any:
+        # The listing's small columns, as getClusterInfo reads them (and with the same
+        # defences against a damaged row); at most max_topologies rows.
+        now = self.clock()
+        for row in self.store.listing():
+            if match(row):
+                return self._summary(row, now)
+        raise self.idl.NotAliveException(msg=missing)
+
+    @_storm_errors
+    def getTopologyInfoByName(self, name: str) -> Any:
+        with self._gate("getTopologyInfoByName", topology=name) as call:
+            return self._topology_info(self._readable_named(call, name))
+
+    @_storm_errors
+    def getTopologyInfoWithOpts(self, id: str, options: Any) -> Any:
+        with self._gate("getTopologyInfoWithOpts", topology=id) as call:
+            return self._topology_info(self._readable(call, id), _num_errors(options))
+
+    @_storm_errors
+    def getTopologyInfoByNameWithOpts(self, name: str, options: Any) -> Any:
+        with self._gate("getTopologyInfoByNameWithOpts", topology=name) as call:
+            return self._topology_info(self._readable_named(call, name),
+                                       _num_errors(options))
+
+    def _readable_named(self, call: Call, name: Any) -> TopologyRecord:
+        """The topology named ``name``, if ``call`` may (by its rule) act on it."""
+        rec = self._alive(name)
+        call.subject["topology_id"] = rec.id
+        self.authz.check(call, self._acl(rec))
+        return rec
+
+    # --- history and owners -----------------------------------------------------------
+    @_storm_errors
+    def getTopologyHistory(self, user: str) -> Any:
+        """Ids of the topologies ``user`` may read (every one for an admin, or when
+        ``user`` is empty), from the store: the daemon keeps no row of a removed
+        topology, so those are the live ones."""
+        with self._gate("getTopologyHistory", user=user) as call:
+            self.authz.check(call)
+            ids = []
+            for rec in self.store.topologies():
+                if not user or self.authz.may_read(user, self._acl(rec)):
+                    ids.append(rec.id)
+            return self.idl.TopologyHistoryInfo(topo_ids=sorted(ids))
+
+    @_storm_errors
+    def getOwnerResourceSummaries(self, owner: str) -> list[Any]:
+        """One summary per owner of stored topologies (``owner`` empty: all of them;
+        else that owner's, with zeros when it has none, as Storm answers): topologies,
+        executors, workers and tasks as stored, and the memory the launcher takes for
+        them (its own estimate; 0 when it takes none on this machine). Storm's
+        scheduler guarantees and the assigned figures have no counterpart: unset."""
+        with self._gate("getOwnerResourceSummaries", owner=owner) as call:
+            self.authz.check(call)
+            totals: dict[str, _OwnerTotals] = {}
+            if owner:
+                totals[owner] = _OwnerTotals()
+            for rec in self.store.topologies():
+                if owner and rec.owner != owner:
+                    continue
+                totals.setdefault(rec.owner, _OwnerTotals()).add(
+                    rec, self._requested_bytes(rec))
+            return [t.summary(self.idl, name) for name, t in sorted(totals.items())]
+
+    def _requested_bytes(self, rec: TopologyRecord) -> int:
+        try:
+            return max(0, int(self.launcher.memory_request(rec.conf)))
+        except ValueError:      # a conf stored before the launcher checked it
+            return 0
+
+    # --- what means nothing on Spark --------------------------------------------------
+    @_storm_errors
+    def getComponentPendingProfileActions(self, id: str, component_id: str,
+                                          action: Any) -> list[Any]:
+        # Storm's UI asks on every component page; nothing is ever pending here.
+        with self._gate("getComponentPendingProfileActions", topology_id=id) as call:
+            self._readable(call, id)
+            return []
+
+    @_storm_errors
+    def setWorkerProfiler(self, id: str, profileRequest: Any) -> None:
+        with self._gate("setWorkerProfiler", topology_id=id) as call:
+            self._readable(call, id)
+            raise NotSupported(
+                "setWorkerProfiler is not supported on Spark: its actions (JVM "
+                "profiling, heap and thread dumps, worker restarts) act on Storm's "
+                "worker JVMs, and a topology here runs as a Spark application")
+
+    @_storm_errors
+    def uploadNewCredentials(self, name: str, creds: Any) -> None:
+        with self._gate("uploadNewCredentials", topology=name) as call:
+            self._readable_named(call, name)
+            raise NotSupported(
+                "uploadNewCredentials is not supported on Spark: this daemon has no "
+                "credential plugins to hand them to (SubmitOptions.creds are accepted "
+                "and ignored likewise)")
+
+    @_storm_errors
+    def getSupervisorAssignments(self, node: str) -> Any:
+        with self._gate("getSupervisorAssignments", node=node) as call:
+            self.authz.check(call)
+            raise _no_supervisors("getSupervisorAssignments")
+
+    @_storm_errors
+    def sendSupervisorWorkerHeartbeats(self, heartbeats: Any) -> None:
+        with self._gate("sendSupervisorWorkerHeartbeats") as call:
+            self.authz.check(call)
+            raise _no_supervisors("sendSupervisorWorkerHeartbeats")
+
+    @_storm_errors
+    def sendSupervisorWorkerHeartbeat(self, heatbeat: Any) -> None:
+        with self._gate("sendSupervisorWorkerHeartbeat") as call:
+            self.authz.check(call)
+            raise _no_supervisors("sendSupervisorWorkerHeartbeat")
+
+    @_storm_errors
+    def processWorkerMetrics(self, metrics: Any) -> None:
+        with self._gate("processWorkerMetrics") as call:
+            self.authz.check(call)
+            raise _no_supervisors("processWorkerMetrics")
+
+    @_storm_errors
+    def createStateInZookeeper(self, key: str) -> None:
+        # Storm's Nimbus registers a finished blob in ZooKeeper here; this daemon's
+        # blob is complete once finishBlobUpload returns, so there is nothing to do.
+        with self._gate("createStateInZookeeper", blob=key) as call:
+            self.authz.check(call)
+
+
+class _OwnerTotals:
+    """What getOwnerResourceSummaries adds up for one owner."""
+
+    def __init__(self) -> None:
+        self.topologies = 0
+        self.executors = 0
+        self.workers = 0
+        self.tasks = 0
+        self.memory_bytes = 0
+
+    def add(self, rec: TopologyRecord, memory_bytes: int) -> None:
+        self.topologies += 1
+        self.executors += _total(rec.executors)
+        self.workers += rec.num_workers if isinstance(rec.num_workers, int) else 0
+        self.tasks += _total(rec.tasks)
+        self.memory_bytes += memory_bytes
+
+    def summary(self, idl: Any, owner: str) -> Any:
+        memory_mb = self.memory_bytes / MB
+        return idl.OwnerResourceSummary(
+            owner=owner, total_topologies=_i32(self.topologies),
+            total_executors=_i32(self.executors), total_workers=_i32(self.workers),
+            total_tasks=_i32(self.tasks), requested_total_memory=memory_mb)
+
+
+def _total(counts: Any) -> int:
+    """The sum of a stored count per component (0 for a damaged row)."""
+    if not isinstance(counts, dict):
+        return 0
+    return sum(v for v in counts.values() if isinstance(v, int) and not isinstance(v, bool))
+
+
+def _i32(value: int) -> int:
+    return max(0, min(value, 2**31 - 1))
+
+
+def _num_errors(options: Any) -> Any:
+    return getattr(options, "num_err_choice", None)
+
+
+def _no_supervisors(method: str) -> NotSupported:
+    return NotSupported(
+        f"{method} is not supported on Spark: it is a call of Storm's supervisors and "
+        "workers, and here Spark's own workers run the topologies")
