@@ -34,7 +34,7 @@ _EXPORTS = {
     "NimbusClient": "client", "NimbusClientError": "client", "NimbusTimeout": "client",
     "NimbusUnavailable": "client", "ServerError": "client", "TlsError": "client",
     "OptionError": "rpc.options", "ServerOptions": "rpc.options",
-    "Server": "rpc.server", "make_server": "rpc.server",
+    "Server": "rpc.server", "make_server": "rpc.make",
     "ProcessServer": "rpc.multiprocess.processes",
     "MetricsSnapshot": "rpc.metrics",
     "RequestInfo": "rpc.context", "current_request": "rpc.context",
@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from .rpc.metrics import MetricsSnapshot
     from .rpc.options import OptionError, ServerOptions
     from .rpc.multiprocess.processes import ProcessServer
-    from .rpc.server import Server, make_server
+    from .rpc.make import make_server
+    from .rpc.server import Server
 
 __all__ = ["BadReply", "ConnectionLost", "FrameRefused", "MetricsSnapshot", "NimbusClient",
            "NimbusClientError", "NimbusTimeout", "NimbusUnavailable", "OptionError",

@@ -48,7 +48,8 @@ from typing import Any, Callable
 import structlog
 
 from ..idl import nimbus_idl
-from ..rpc.server import Server, make_server
+from ..rpc.make import make_server
+from ..rpc.server import Server
 from .config import MAX_UNIX_SOCKET_PATH_BYTES, ConfigError, NimbusConfig
 from .security.authz import CertificatePrincipals
 from .service.handler import NimbusHandler

@@ -1,5 +1,5 @@
-"""The public server: :class:`Server` (bind, start, stop, serve_forever, metrics) and
-:func:`make_server`.
+"""The public server: :class:`Server` (bind, start, stop, serve_forever, metrics); build
+one with :func:`~nimbus_thrift.rpc.make.make_server`.
 
 A half-sync/half-async design: one selector thread does all socket I/O (selector.py)
 and a worker pool runs handlers (workers.py); a worker writes the reply it produced and
@@ -12,21 +12,16 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal, overload
 
 import structlog
 
 from .dispatch import Dispatcher, Status
 from .memory import MemoryBudget
-from .methodstats import MethodFigures
+from .methodstats import MethodStats
 from .metrics import MetricsSnapshot, ServerState
-from .options import OptionError, ServerOptions
+from .options import ServerOptions
 from .selector import Selector
 from .unixsock import bind_unix
-
-if TYPE_CHECKING:
-    from .multiprocess.processes import ProcessServer
 
 log = structlog.get_logger(__name__)
 
@@ -169,7 +164,7 @@ class Server:
             selector_takeovers=st.selector_takeovers,
         )
 
-    def method_metrics(self) -> dict[str, MethodFigures]:
+    def method_metrics(self) -> dict[str, MethodStats]:
         """Calls by outcome and latency per IDL method (methods called at least once);
         empty unless the server was made with ``method_metrics=True``."""
         stats = self.dispatcher.method_stats
@@ -186,64 +181,3 @@ class Server:
             raise
         finally:
             self._stopped.set()
-
-
-@overload
-def make_server(service: ModuleType | Any, handler: object, host: str = ..., port: int = ...,
-                *, services: dict[str, tuple[Any, object]] | None = ...,
-                processes: Literal[1] = ..., **options: Any) -> Server: ...
-
-
-@overload
-def make_server(service: ModuleType | Any, handler: object, host: str = ..., port: int = ...,
-                *, services: dict[str, tuple[Any, object]] | None = ...,
-                processes: int, **options: Any) -> "Server | ProcessServer": ...
-
-
-def make_server(service: ModuleType | Any, handler: object, host: str = "127.0.0.1",
-                port: int = 0, *, services: dict[str, tuple[Any, object]] | None = None,
-                processes: int = 1, **options: Any) -> "Server | ProcessServer":
-    """Build a server for a thriftpy2 service and its handler.
-
-    Args:
-        service: a service from ``thriftpy2.load(...)`` (e.g. ``demo.Echo``), answering
-            unprefixed method names; None to serve only ``services``.
-        handler: the object whose methods implement ``service``.
-        host, port: where to listen; port 0 picks a free port (read it from ``start()``).
-        services: ``{"Name": (service, handler)}`` for TMultiplexedProtocol clients.
-        processes: 1 (the default) is one :class:`Server` in this process; N > 1 is a
-            :class:`~nimbus_thrift.rpc.multiprocess.processes.ProcessServer`: a supervising parent
-            and N forked children on one shared listening socket, each with its own
-            copy of the handlers (see rpc/processes.py for what that means for their
-            state) and 1/N of the memory budgets.
-        **options: any :class:`~nimbus_thrift.rpc.options.ServerOptions` field, e.g.
-            ``transports=("framed",)`` or ``protocols=("binary",)`` to accept fewer
-            forms of client than all (rpc/forms.py).
-
-    Raises:
-        OptionError: an unknown option or an invalid value.
-        ValueError: nothing to serve, or a bad multiplexed service name.
-    """
-    opts = ServerOptions.from_kwargs(**options)
-    if (service is None) != (handler is None):
-        raise OptionError("give both a service and its handler, or neither (with services=).")
-    default = (service, handler) if service is not None else None
-    dispatcher = Dispatcher(default, services, strict_read=opts.strict_read,
-                            decoded_size_factor=opts.decoded_size_factor,
-                            transports=opts.transports, protocols=opts.protocols,
-                            max_message_size=opts.max_frame_size,
-                            method_metrics=opts.method_metrics)
-    if processes == 1 and not isinstance(processes, bool):
-        return Server(dispatcher, host, port, opts)
-    # Imported only here: a one-process server pays nothing for the other kind.
-    from .multiprocess.processes import ProcessServer
-    from .multiprocess.supervision import check_processes
-
-    check_processes(processes, opts)
-
-    def build_child(listener: socket.socket, child_opts: ServerOptions,
-                    address: tuple[str, int]) -> Server:
-        # Runs in a forked child.
-        return Server(dispatcher, address[0], address[1], child_opts, listener=listener)
-
-    return ProcessServer(build_child, host, port, opts, processes)

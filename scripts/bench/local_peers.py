@@ -38,7 +38,7 @@ from nimbus_thrift.nimbus.web.httpserver import HttpServer  # noqa: E402
 from nimbus_thrift.nimbus.web.messages import Request, Response  # noqa: E402
 from nimbus_thrift.rpc.codec import binary  # noqa: E402
 from nimbus_thrift.rpc.localpeer import PeerLookup  # noqa: E402
-from nimbus_thrift.rpc.server import make_server  # noqa: E402
+from nimbus_thrift.rpc.make import make_server  # noqa: E402
 
 _LINGER_RESET = struct.pack("ii", 1, 0)
 

@@ -23,7 +23,7 @@ from support.rawthrift import frame, message, roundtrip, wait_closed
 from nimbus_thrift.demo import demo_thrift
 from nimbus_thrift.rpc.context import current_request
 from nimbus_thrift.rpc.localpeer import PeerLookup
-from nimbus_thrift.rpc.server import make_server
+from nimbus_thrift.rpc.make import make_server
 from nimbus_thrift.rpc.tls import CertificateRefused, common_name
 
 ME = pwd.getpwuid(os.geteuid()).pw_name

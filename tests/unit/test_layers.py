@@ -47,6 +47,46 @@ ALLOWED: dict[str, set[str]] = {
                              "nimbus_thrift.runner.spec", "nimbus_thrift.runner.rundir",
                              ROOT},
 }
+
+#: Within the generic server: the codecs know no socket and no server (only the errors
+#: they raise and the option constants they share); the server core never imports the
+#: multi-process server built on it (FORBIDDEN below), which only make_server chooses.
+ALLOWED["nimbus_thrift.rpc.codec"] = {"nimbus_thrift.rpc.codec", "nimbus_thrift.rpc.errors",
+                                      "nimbus_thrift.rpc.options"}
+ALLOWED["nimbus_thrift.rpc.multiprocess"] = {"nimbus_thrift.rpc"}
+ALLOWED["nimbus_thrift.rpc.make"] = {"nimbus_thrift.rpc"}
+
+#: Within the daemon, its rooms from the bottom up. What every room may use: the server
+#: library, the user side's checks, the IDL, and the two files shared with the runner.
+_BASE = {"nimbus_thrift.rpc", "nimbus_thrift.topology", "nimbus_thrift.idl",
+         "nimbus_thrift.runner.spec", "nimbus_thrift.runner.rundir", ROOT}
+_N = "nimbus_thrift.nimbus."
+#: The settings, what a launcher is, and what admission counts: below every room.
+_FOUNDATION = {_N + "config", _N + "settings", _N + "launcher", _N + "admission"}
+for _module in _FOUNDATION:
+    ALLOWED[_module] = _BASE | _FOUNDATION
+#: Who may do what, and as which OS user: knows no state, no calls.
+ALLOWED[_N + "security"] = _BASE | _FOUNDATION | {_N + "security"}
+#: What the daemon keeps: knows no calls, blobs, transfers or launcher implementation.
+ALLOWED[_N + "state"] = _BASE | _FOUNDATION | {_N + "security", _N + "state"}
+#: Uploads and downloads of code, and the blob store built on their sessions and files.
+ALLOWED[_N + "transfers"] = ALLOWED[_N + "state"] | {_N + "transfers"}
+ALLOWED[_N + "blobs"] = ALLOWED[_N + "transfers"] | {_N + "blobs"}
+#: The IDL's surface: every room below it; the blob and transfer calls are part of it.
+ALLOWED[_N + "service"] = ALLOWED[_N + "blobs"] | {_N + "service"}
+ALLOWED[_N + "blobs.calls"] = ALLOWED[_N + "service"]
+ALLOWED[_N + "transfers.calls"] = ALLOWED[_N + "service"]
+#: The Spark launcher: a launcher and the OS users it runs topologies as, nothing of the
+#: daemon's state or calls (so a second way to run drivers sits beside it, not in it).
+ALLOWED[_N + "spark"] = _BASE | _FOUNDATION | {_N + "security", _N + "spark"}
+#: The web side: the page, the REST API and /metrics over the service's answers.
+ALLOWED[_N + "web"] = ALLOWED[_N + "service"] | {_N + "web"}
+
+#: Imports a layer's ALLOWED prefixes would let through but that break a contract.
+FORBIDDEN: dict[str, set[str]] = {
+    "nimbus_thrift.rpc": {"nimbus_thrift.rpc.multiprocess", "nimbus_thrift.rpc.make"},
+    "nimbus_thrift.rpc.multiprocess": {"nimbus_thrift.rpc.make"},
+}
 #: The application, as prefixes like the layers: ``nimbus_thrift.cli`` is the package and
 #: every module in it.
 APPLICATION = {"nimbus_thrift.cli", "nimbus_thrift.render", "nimbus_thrift.logs",
@@ -146,7 +186,8 @@ def test_no_layer_imports_a_layer_above_it() -> None:
         layer = _layer(imp.source)
         if layer is None:
             continue        # the application modules may import anything
-        if _within(imp.target, APPLICATION) or not _within(imp.target, ALLOWED[layer]):
+        if _within(imp.target, APPLICATION) or not _within(imp.target, ALLOWED[layer]) \
+                or _within(imp.target, FORBIDDEN.get(layer, set())):
             wrong.append(f"{imp.source}:{imp.line} imports {imp.target}")
     assert wrong == []
 
