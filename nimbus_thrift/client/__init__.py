@@ -4,10 +4,12 @@ Built on the socket-free call encoding of :mod:`nimbus_thrift.rpc.codec.calls`; 
 code (:mod:`nimbus_thrift.nimbus`) is never imported here.
 
 Modules, each importing only those listed before it: ``defaults`` (plain constants),
-``errors``, ``tls`` (the TLS context and what a refusal means), ``transport`` (the
-socket), ``submit`` (packaging, uploading, waiting), ``client`` (:class:`NimbusClient`:
-the IDL's methods, files, the submit shortcuts); ``settings`` (where the CLI connects:
-client.yaml, environment, flags) imports only ``defaults`` and ``errors``.
+``errors``, ``tls`` (the TLS context and what a refusal means), ``options`` (a client's
+settings, checked once), ``transport`` (the socket), ``files`` (uploads and downloads
+in chunks), ``submit`` (packaging, uploading, waiting), ``client`` (:class:`NimbusClient`:
+options and a transport, the IDL's methods, the file and submit shortcuts); ``blobs``
+(the blob store over a client) imports ``defaults``; ``settings`` (where the CLI
+connects: client.yaml, environment, flags) imports only ``defaults`` and ``errors``.
 """
 
 from __future__ import annotations

@@ -28,20 +28,17 @@ the call is safe to repeat can catch :class:`ConnectionLost` and call again.
 
 The protocol steps (binding, encoding, decoding, back-off delays, reading the
 server's refusal message) are the socket-free functions of
-:mod:`nimbus_thrift.rpc.codec.calls`, tested byte by byte; the socket work is
-:mod:`.transport`'s; submitting a topology is :mod:`.submit`'s, which the
-shortcuts here call.
+:mod:`nimbus_thrift.rpc.codec.calls`, tested byte by byte; the settings are checked
+by :mod:`.options`; the socket work is :mod:`.transport`'s; moving files is
+:mod:`.files`' and submitting a topology :mod:`.submit`'s, which the shortcuts here
+call.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import ssl
-import tempfile
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -49,76 +46,30 @@ import structlog
 
 from ..idl import NIMBUS_PORT, nimbus_idl
 from ..rpc.codec import binary
-from ..rpc.codec.calls import backoff_delays, bind_args, encode_call
-# The server's default frame cap (Apache Thrift's TConfiguration default): a larger
-# frame would be refused anyway, so it is refused here before it is sent. Also the
-# largest reply frame read. Replies decode within the server's own default budget.
-from ..rpc.options import DEFAULT_DECODED_SIZE_FACTOR, DEFAULT_MAX_FRAME_SIZE
-from .defaults import (DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX,
-                       DEFAULT_CHUNK_SIZE, DEFAULT_CONNECT_ATTEMPTS, DEFAULT_CONNECT_TIMEOUT,
-                       DEFAULT_MAX_DOWNLOAD_BYTES, DEFAULT_POLL_INTERVAL, DEFAULT_TIMEOUT,
+from ..rpc.codec.calls import bind_args, encode_call
+from ..rpc.options import DEFAULT_MAX_FRAME_SIZE
+from . import files
+from .defaults import (DEFAULT_CHUNK_SIZE, DEFAULT_MAX_DOWNLOAD_BYTES, DEFAULT_POLL_INTERVAL,
                        DEFAULT_WAIT_TIMEOUT, READ_ONLY_METHODS)
-from .errors import (UNIX_PORT, ConnectionLost, DownloadTooLarge, FrameRefused,
-                     NimbusClientError)
-from .storm2 import StormTwoMethods
+from .errors import ConnectionLost, FrameRefused, NimbusClientError
+from .options import ClientOptions
 from .submit import submit_topology, wait_for_topology
-from .tls import ClientTls, client_context
+from .tls import ClientTls
 from .transport import FramedTransport
+
+__all__ = ["DEFAULT_MAX_FRAME_SIZE", "NimbusClient", "nimbus_idl"]
 
 log = structlog.get_logger(__name__)
 
 _MAX_SEQID = 0x7FFFFFFF
-#: Bytes of a Unix socket path, its terminating NUL included (sockaddr_un's sun_path
-#: on Linux): a longer one cannot be connected to at all.
-_MAX_UNIX_PATH = 108
 
 
-def _seconds(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive number of seconds, not {value!r}.")
-    return float(value)
+def _option(name: str, doc: str) -> Any:
+    """A read-only attribute of the client that is one of its options."""
+    return property(lambda client: getattr(client.options, name), doc=doc)
 
 
-def _count(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer of at least {minimum}, not {value!r}.")
-    return value
-
-
-def _tls_of(ssl_context: ssl.SSLContext | None, cert_file: Any, key_file: Any,
-            ca_file: Any) -> ClientTls | None:
-    files = {"cert_file": cert_file, "key_file": key_file, "ca_file": ca_file}
-    for name, value in files.items():
-        if value is not None and (not isinstance(value, (str, os.PathLike))
-                                  or not os.fspath(value)):
-            raise ValueError(f"{name} must be a path, not {value!r}.")
-    given = [name for name, value in files.items() if value is not None]
-    if ssl_context is not None:
-        if not isinstance(ssl_context, ssl.SSLContext):
-            raise ValueError(f"ssl_context must be an ssl.SSLContext, not {ssl_context!r}.")
-        if given:
-            raise ValueError(f"give either ssl_context or {', '.join(given)}, not both: "
-                             f"the context already says which certificates to use.")
-        return ClientTls(ssl_context)
-    if not given:
-        return None
-    return client_context(cert_file, key_file, ca_file)
-
-
-def _unix_path(path: Any) -> str:
-    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-        raise ValueError(f"unix_socket must be a path, not {path!r}.")
-    text = os.fspath(path)
-    if not isinstance(text, str):
-        raise ValueError(f"unix_socket must be a path, not {path!r}.")
-    if len(os.fsencode(text)) >= _MAX_UNIX_PATH:
-        raise ValueError(f"unix_socket {text} is {len(os.fsencode(text))} bytes long; a Unix "
-                         f"socket path must be under {_MAX_UNIX_PATH} bytes.")
-    return text
-
-
-class NimbusClient(FramedTransport, StormTwoMethods):
+class NimbusClient:
     """A connection to one Nimbus, with every method of the Nimbus IDL.
 
     Each IDL method is a method here with the IDL's argument names (positional or
@@ -137,91 +88,64 @@ class NimbusClient(FramedTransport, StormTwoMethods):
     raised at once, never retried.
 
     Use it as a context manager, or call :meth:`close`.
+
+    Made of: ``options`` (:class:`.options.ClientOptions`, the checked settings) and
+    a :class:`.transport.FramedTransport` (the socket); the IDL's methods are declared
+    here, each one :meth:`call`.
     """
 
-    def __init__(self, host: str = "localhost", port: int = NIMBUS_PORT, *,
-                 timeout: float = DEFAULT_TIMEOUT,
-                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-                 connect_attempts: int = DEFAULT_CONNECT_ATTEMPTS,
-                 backoff_initial: float = DEFAULT_BACKOFF_INITIAL,
-                 backoff_factor: float = DEFAULT_BACKOFF_FACTOR,
-                 backoff_max: float = DEFAULT_BACKOFF_MAX,
-                 max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-                 decoded_size_factor: float = DEFAULT_DECODED_SIZE_FACTOR,
-                 ssl_context: ssl.SSLContext | None = None,
-                 cert_file: str | os.PathLike[str] | None = None,
-                 key_file: str | os.PathLike[str] | None = None,
-                 ca_file: str | os.PathLike[str] | None = None,
-                 unix_socket: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, host: str = "localhost", port: int = NIMBUS_PORT,
+                 **settings: Any) -> None:
         """Set the client up; nothing is connected yet (certificate files are read now).
 
         Args:
             host, port: where Nimbus listens (ignored with ``unix_socket``).
-            timeout: seconds one call may take, from sending to the whole reply.
-            connect_timeout: seconds one connection attempt may take.
-            connect_attempts: attempts per connect before NimbusUnavailable.
-            backoff_initial, backoff_factor, backoff_max: seconds before the second
-                attempt, its multiplier per further attempt, and the cap.
-            max_frame_size: largest frame sent or read (without the 4-byte prefix).
-            decoded_size_factor: memory a reply may decode to, per byte of its frame
-                (at least 1 MiB in all); past it the reply is a BadReply.
-            ssl_context: speak TLS with this client context (its certificate, the CAs
-                it trusts, its host name check); the server's name is ``host``.
-            cert_file, key_file, ca_file: speak TLS with a context made of these
-                files (PEM): the server's certificate is verified against ``ca_file``
-                (the system's CAs without it) and must name ``host``; ``cert_file``
-                and ``key_file`` are this client's certificate, presented to a server
-                that asks (mutual TLS). TLS 1.2 at least.
-            unix_socket: connect to the Unix domain socket at this path instead of
-                TCP; the daemon sees this client as its OS user. No TLS there.
+            settings: by keyword, the other fields of :class:`.options.ClientOptions`
+                (their defaults are in :mod:`.defaults`): ``timeout``,
+                ``connect_timeout``, ``connect_attempts``, ``backoff_initial``,
+                ``backoff_factor``, ``backoff_max``, ``max_frame_size``,
+                ``decoded_size_factor``, ``ssl_context``, ``cert_file``, ``key_file``,
+                ``ca_file``, ``unix_socket``.
 
         Raises:
             ValueError: an argument out of range, a certificate file that cannot be
                 used, or settings that exclude each other, in a sentence naming it.
+            TypeError: an argument that is not a setting.
         """
-        if unix_socket is not None and any(
-                v is not None for v in (ssl_context, cert_file, key_file, ca_file)):
-            raise ValueError("unix_socket and TLS settings exclude each other: on the Unix "
-                             "socket the kernel tells the daemon who is calling, no "
-                             "certificate is used.")
-        tls = _tls_of(ssl_context, cert_file, key_file, ca_file)
-        if unix_socket is not None:
-            host, port = _unix_path(unix_socket), UNIX_PORT
-        elif not isinstance(host, str) or not host:
-            raise ValueError(f"host must be a non-empty string, not {host!r}.")
-        elif isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            raise ValueError(f"port must be an integer from 1 to 65535, not {port!r}.")
-        timeout = _seconds("timeout", timeout)
-        connect_timeout = _seconds("connect_timeout", connect_timeout)
-        connect_attempts = _count("connect_attempts", connect_attempts)
-        if isinstance(backoff_initial, bool) or not isinstance(backoff_initial, (int, float)) \
-                or not math.isfinite(backoff_initial) or backoff_initial < 0:
-            raise ValueError(f"backoff_initial must be a number of seconds of at least 0, "
-                             f"not {backoff_initial!r}.")
-        if isinstance(backoff_factor, bool) or not isinstance(backoff_factor, (int, float)) \
-                or not math.isfinite(backoff_factor) or backoff_factor < 1:
-            raise ValueError(f"backoff_factor must be a number of at least 1, "
-                             f"not {backoff_factor!r}.")
-        if isinstance(backoff_max, bool) or not isinstance(backoff_max, (int, float)) \
-                or not math.isfinite(backoff_max) or backoff_max < backoff_initial:
-            raise ValueError(f"backoff_max must be a number of seconds of at least "
-                             f"backoff_initial ({backoff_initial!r}), not {backoff_max!r}.")
-        delays = backoff_delays(connect_attempts, float(backoff_initial),
-                                float(backoff_factor), float(backoff_max))
-        max_frame_size = _count("max_frame_size", max_frame_size)
-        if isinstance(decoded_size_factor, bool) \
-                or not isinstance(decoded_size_factor, (int, float)) \
-                or not 1 <= decoded_size_factor < math.inf:
-            raise ValueError(f"decoded_size_factor must be a number of at least 1, "
-                             f"not {decoded_size_factor!r}.")
-        super().__init__(host, port, timeout=timeout, connect_timeout=connect_timeout,
-                         connect_attempts=connect_attempts, backoff_delays=delays,
-                         max_frame_size=max_frame_size,
-                         decoded_size_factor=decoded_size_factor, tls=tls,
-                         unix_socket=host if port == UNIX_PORT else None)
+        self.options = ClientOptions(host=host, port=port, **settings)
+        self._transport = FramedTransport(self.options)
         self._closed = False
         self._seqid = 0
         self._lock = threading.Lock()
+
+    # The options that were attributes of the client, still readable as such. With
+    # unix_socket, host is its path and port errors.UNIX_PORT.
+    host = _option("host", "Where Nimbus listens: a host name, or the socket's path.")
+    port = _option("port", "Its TCP port; 0 on a Unix socket.")
+    address = _option("address", "``host:port`` or ``unix:PATH``, as errors say it.")
+    unix_socket = _option("unix_socket", "The Unix socket's path, or None over TCP.")
+    timeout = _option("timeout", "Seconds one call may take.")
+    connect_timeout = _option("connect_timeout", "Seconds one connection attempt may take.")
+    connect_attempts = _option("connect_attempts", "Attempts per connect.")
+    max_frame_size = _option("max_frame_size", "Largest frame sent or read.")
+    decoded_size_factor = _option("decoded_size_factor",
+                                  "Memory a reply may decode to, per byte of its frame.")
+
+    @property
+    def tls(self) -> ClientTls | None:
+        """The TLS context and the files it came from; None for plaintext."""
+        return self.options.tls
+
+    @property
+    def backoff_delays(self) -> list[float]:
+        """Seconds waited before connection attempts 2, 3, ..."""
+        return list(self.options.backoff_delays)
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open now (it may since have been closed by the
+        server; the next call finds out and reconnects)."""
+        return self._transport.connected
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -239,13 +163,13 @@ class NimbusClient(FramedTransport, StormTwoMethods):
         """
         with self._lock:
             self._check_open()
-            self._ensure_connected()
+            self._transport.ensure_connected()
 
     def close(self) -> None:
         """Close the connection. The client cannot be used afterwards."""
         with self._lock:
             self._closed = True
-            self._discard()
+            self._transport.discard()
 
     def __enter__(self) -> "NimbusClient":
         self.connect()
@@ -255,7 +179,7 @@ class NimbusClient(FramedTransport, StormTwoMethods):
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "connected" if self._sock else "idle"
+        state = "closed" if self._closed else "connected" if self.connected else "idle"
         tls = " tls" if self.tls is not None else ""
         return f"<NimbusClient {self.address}{tls} {state}>"
 
@@ -292,9 +216,9 @@ class NimbusClient(FramedTransport, StormTwoMethods):
             frame = binary.frame_header(len(payload)) + payload
             retried = False
             while True:
-                self._ensure_connected()
+                self._transport.ensure_connected()
                 try:
-                    return self._exchange(service, method, seqid, frame)
+                    return self._transport.exchange(service, method, seqid, frame)
                 except ConnectionLost as lost:
                     if method not in READ_ONLY_METHODS:
                         raise
@@ -328,18 +252,7 @@ class NimbusClient(FramedTransport, StormTwoMethods):
             ValueError: chunk_size is not a positive integer.
             and what :meth:`call` raises.
         """
-        chunk_size = _count("chunk_size", chunk_size)
-        with open(path, "rb") as source:
-            total = os.fstat(source.fileno()).st_size
-            location: str = self.beginFileUpload()
-            sent = 0
-            while chunk := source.read(chunk_size):
-                self.uploadChunk(location, chunk)
-                sent += len(chunk)
-                if progress is not None:
-                    progress(sent, total)
-        self.finishFileUpload(location)
-        return location
+        return files.upload_file(self, path, chunk_size, progress)
 
     def download_file(self, file: str, dest_path: str | os.PathLike[str],
                       max_bytes: int = DEFAULT_MAX_DOWNLOAD_BYTES) -> int:
@@ -359,27 +272,7 @@ class NimbusClient(FramedTransport, StormTwoMethods):
             ValueError: max_bytes is not a positive integer.
             and what :meth:`call` raises (the temporary file is then removed).
         """
-        max_bytes = _count("max_bytes", max_bytes)
-        dest = Path(dest_path)
-        session: str = self.beginFileDownload(file)
-        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.",
-                                        suffix=".part")
-        try:
-            size = 0
-            with os.fdopen(fd, "wb") as out:
-                while chunk := self.downloadChunk(session):
-                    if len(chunk) > max_bytes - size:
-                        raise DownloadTooLarge(self.host, self.port, file,
-                                               size + len(chunk), max_bytes)
-                    out.write(chunk)
-                    size += len(chunk)
-                out.flush()
-                os.fsync(out.fileno())  # complete on disk before it takes dest's name
-            os.replace(tmp_name, dest)
-        except BaseException:
-            os.unlink(tmp_name)
-            raise
-        return size
+        return files.download_file(self, file, dest_path, max_bytes)
 
     # ----------------------------------------------------------------- topologies
 
@@ -449,7 +342,8 @@ class NimbusClient(FramedTransport, StormTwoMethods):
                                  poll_interval=poll_interval, on_status=on_status)
 
     # ----------------------------------------------------------------- the IDL
-    # One method per Nimbus method, in IDL order, with the IDL's argument names.
+    # One method per Nimbus method, in IDL order, with the IDL's argument names; a
+    # test checks they are the IDL's (tests/sockets/test_nimbus_client.py).
 
     def submitTopology(self, name: str, uploadedJarLocation: str, jsonConf: str,
                        topology: Any) -> None:
@@ -543,3 +437,173 @@ class NimbusClient(FramedTransport, StormTwoMethods):
         """Whether ``name`` may be submitted. Raises AuthorizationException."""
         return self.call("isTopologyNameAllowed", name)
 
+    # Storm 2.x added these to the IDL: summaries, page info, log levels, the blob store
+    # and the rest.
+
+    def setLogConfig(self, name: str, config: Any) -> None:
+        """setLogConfig (Storm 2.x; declares no exceptions)."""
+        return self.call("setLogConfig", name, config)
+
+    def getLogConfig(self, name: str) -> Any:
+        """getLogConfig (Storm 2.x; declares no exceptions)."""
+        return self.call("getLogConfig", name)
+
+    def debug(self, name: str, component: str, enable: bool,
+              samplingPercentage: float) -> None:
+        """debug (Storm 2.x). Raises NotAliveException, AuthorizationException."""
+        return self.call("debug", name, component, enable, samplingPercentage)
+
+    def setWorkerProfiler(self, id: str, profileRequest: Any) -> None:
+        """setWorkerProfiler (Storm 2.x; declares no exceptions)."""
+        return self.call("setWorkerProfiler", id, profileRequest)
+
+    def getComponentPendingProfileActions(self, id: str, component_id: str,
+                                          action: int) -> list[Any]:
+        """getComponentPendingProfileActions (Storm 2.x; declares no
+        exceptions)."""
+        return self.call("getComponentPendingProfileActions", id, component_id, action)
+
+    def uploadNewCredentials(self, name: str, creds: Any) -> None:
+        """uploadNewCredentials (Storm 2.x). Raises NotAliveException,
+        InvalidTopologyException, AuthorizationException."""
+        return self.call("uploadNewCredentials", name, creds)
+
+    def beginCreateBlob(self, key: str, meta: Any) -> str:
+        """beginCreateBlob (Storm 2.x). Raises AuthorizationException,
+        KeyAlreadyExistsException."""
+        return self.call("beginCreateBlob", key, meta)
+
+    def beginUpdateBlob(self, key: str) -> str:
+        """beginUpdateBlob (Storm 2.x). Raises AuthorizationException,
+        KeyNotFoundException."""
+        return self.call("beginUpdateBlob", key)
+
+    def uploadBlobChunk(self, session: str, chunk: bytes) -> None:
+        """uploadBlobChunk (Storm 2.x). Raises AuthorizationException."""
+        return self.call("uploadBlobChunk", session, chunk)
+
+    def finishBlobUpload(self, session: str) -> None:
+        """finishBlobUpload (Storm 2.x). Raises AuthorizationException."""
+        return self.call("finishBlobUpload", session)
+
+    def cancelBlobUpload(self, session: str) -> None:
+        """cancelBlobUpload (Storm 2.x). Raises AuthorizationException."""
+        return self.call("cancelBlobUpload", session)
+
+    def getBlobMeta(self, key: str) -> Any:
+        """getBlobMeta (Storm 2.x). Raises AuthorizationException,
+        KeyNotFoundException."""
+        return self.call("getBlobMeta", key)
+
+    def setBlobMeta(self, key: str, meta: Any) -> None:
+        """setBlobMeta (Storm 2.x). Raises AuthorizationException,
+        KeyNotFoundException."""
+        return self.call("setBlobMeta", key, meta)
+
+    def beginBlobDownload(self, key: str) -> Any:
+        """beginBlobDownload (Storm 2.x). Raises AuthorizationException,
+        KeyNotFoundException."""
+        return self.call("beginBlobDownload", key)
+
+    def downloadBlobChunk(self, session: str) -> bytes:
+        """downloadBlobChunk (Storm 2.x). Raises AuthorizationException."""
+        return self.call("downloadBlobChunk", session)
+
+    def deleteBlob(self, key: str) -> None:
+        """deleteBlob (Storm 2.x). Raises AuthorizationException,
+        KeyNotFoundException, IllegalStateException."""
+        return self.call("deleteBlob", key)
+
+    def listBlobs(self, session: str) -> Any:
+        """listBlobs (Storm 2.x; declares no exceptions)."""
+        return self.call("listBlobs", session)
+
+    def getBlobReplication(self, key: str) -> int:
+        """getBlobReplication (Storm 2.x). Raises AuthorizationException,
+        KeyNotFoundException."""
+        return self.call("getBlobReplication", key)
+
+    def updateBlobReplication(self, key: str, replication: int) -> int:
+        """updateBlobReplication (Storm 2.x). Raises AuthorizationException,
+        KeyNotFoundException."""
+        return self.call("updateBlobReplication", key, replication)
+
+    def createStateInZookeeper(self, key: str) -> None:
+        """createStateInZookeeper (Storm 2.x; declares no exceptions)."""
+        return self.call("createStateInZookeeper", key)
+
+    def getTopologySummaries(self) -> list[Any]:
+        """getTopologySummaries (Storm 2.x). Raises AuthorizationException."""
+        return self.call("getTopologySummaries")
+
+    def getTopologySummaryByName(self, name: str) -> Any:
+        """getTopologySummaryByName (Storm 2.x). Raises NotAliveException,
+        AuthorizationException."""
+        return self.call("getTopologySummaryByName", name)
+
+    def getTopologySummary(self, id: str) -> Any:
+        """getTopologySummary (Storm 2.x). Raises NotAliveException,
+        AuthorizationException."""
+        return self.call("getTopologySummary", id)
+
+    def getTopologyInfoByName(self, name: str) -> Any:
+        """getTopologyInfoByName (Storm 2.x). Raises NotAliveException,
+        AuthorizationException."""
+        return self.call("getTopologyInfoByName", name)
+
+    def getTopologyInfoByNameWithOpts(self, name: str, options: Any) -> Any:
+        """getTopologyInfoByNameWithOpts (Storm 2.x). Raises NotAliveException,
+        AuthorizationException."""
+        return self.call("getTopologyInfoByNameWithOpts", name, options)
+
+    def getTopologyInfoWithOpts(self, id: str, options: Any) -> Any:
+        """getTopologyInfoWithOpts (Storm 2.x). Raises NotAliveException,
+        AuthorizationException."""
+        return self.call("getTopologyInfoWithOpts", id, options)
+
+    def getTopologyPageInfo(self, id: str, window: str, is_include_sys: bool) -> Any:
+        """getTopologyPageInfo (Storm 2.x). Raises NotAliveException,
+        AuthorizationException."""
+        return self.call("getTopologyPageInfo", id, window, is_include_sys)
+
+    def getSupervisorPageInfo(self, id: str, host: str, is_include_sys: bool) -> Any:
+        """getSupervisorPageInfo (Storm 2.x). Raises NotAliveException,
+        AuthorizationException."""
+        return self.call("getSupervisorPageInfo", id, host, is_include_sys)
+
+    def getComponentPageInfo(self, topology_id: str, component_id: str, window: str,
+                             is_include_sys: bool) -> Any:
+        """getComponentPageInfo (Storm 2.x). Raises NotAliveException,
+        AuthorizationException."""
+        return self.call("getComponentPageInfo",
+                         topology_id, component_id, window, is_include_sys)
+
+    def getTopologyHistory(self, user: str) -> Any:
+        """getTopologyHistory (Storm 2.x). Raises AuthorizationException."""
+        return self.call("getTopologyHistory", user)
+
+    def getOwnerResourceSummaries(self, owner: str) -> list[Any]:
+        """getOwnerResourceSummaries (Storm 2.x). Raises AuthorizationException."""
+        return self.call("getOwnerResourceSummaries", owner)
+
+    def getSupervisorAssignments(self, node: str) -> Any:
+        """getSupervisorAssignments (Storm 2.x). Raises AuthorizationException."""
+        return self.call("getSupervisorAssignments", node)
+
+    def sendSupervisorWorkerHeartbeats(self, heartbeats: Any) -> None:
+        """sendSupervisorWorkerHeartbeats (Storm 2.x). Raises
+        AuthorizationException."""
+        return self.call("sendSupervisorWorkerHeartbeats", heartbeats)
+
+    def sendSupervisorWorkerHeartbeat(self, heatbeat: Any) -> None:
+        """sendSupervisorWorkerHeartbeat (Storm 2.x). Raises
+        AuthorizationException, NotAliveException."""
+        return self.call("sendSupervisorWorkerHeartbeat", heatbeat)
+
+    def processWorkerMetrics(self, metrics: Any) -> None:
+        """processWorkerMetrics (Storm 2.x; declares no exceptions)."""
+        return self.call("processWorkerMetrics", metrics)
+
+    def isRemoteBlobExists(self, blobKey: str) -> bool:
+        """isRemoteBlobExists (Storm 2.x). Raises AuthorizationException."""
+        return self.call("isRemoteBlobExists", blobKey)

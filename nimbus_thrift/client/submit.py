@@ -35,7 +35,8 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..idl import NIMBUS_COMPONENT
 from ..topology.package import DEFAULT_MAX_PACKAGE_BYTES, PreparedTopology, prepare
@@ -43,9 +44,41 @@ from .defaults import DEFAULT_POLL_INTERVAL, DEFAULT_WAIT_TIMEOUT
 from .errors import NimbusClientError, NimbusTimeout
 
 if TYPE_CHECKING:
-    # A type only: NimbusClient's shortcuts call this module, never the reverse.
     from ..topology import Topology
-    from .client import NimbusClient
+
+class NimbusClient(Protocol):
+    """What submitting and waiting need of a client: the calls below, the IDL, and
+    the nimbus's address for the errors. :class:`~nimbus_thrift.client.NimbusClient`
+    is one; it calls this module for its shortcuts, so this module names the calls it
+    makes instead of importing that class (which would make the two import each
+    other)."""
+
+    @property
+    def idl(self) -> ModuleType: ...
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def address(self) -> str: ...
+
+    def isTopologyNameAllowed(self, name: str) -> bool: ...
+
+    def getNimbusConf(self) -> str: ...
+
+    def upload_file(self, path: str | os.PathLike[str], chunk_size: int = ...,
+                    progress: Callable[[int, int], None] | None = None) -> str: ...
+
+    def submitTopologyWithOpts(self, name: str, uploadedJarLocation: str, jsonConf: str,
+                               topology: Any, options: Any) -> None: ...
+
+    def getClusterInfo(self) -> Any: ...
+
+    def getTopologyInfo(self, id: str) -> Any: ...
+
 
 #: The daemon's configuration key of its upload cap (absent on other Nimbus servers).
 MAX_UPLOAD_KEY = "nimbus-thrift.max_upload_bytes"

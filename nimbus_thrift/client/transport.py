@@ -11,10 +11,10 @@ Why a socket is discarded after a timeout or a broken reply: the server may stil
 answer the abandoned call, and that late reply must never be read as the answer to
 the next one. The next call connects afresh.
 
-:class:`FramedTransport` is the base of :class:`~nimbus_thrift.client.NimbusClient`,
-which checks the settings, encodes and numbers the calls, holds the lock that makes
-them take turns, and decides what to retry. The bytes are the socket-free steps of
-:mod:`nimbus_thrift.rpc.codec.calls`.
+:class:`FramedTransport` is held by :class:`~nimbus_thrift.client.NimbusClient`,
+which encodes and numbers the calls, holds the lock that makes them take turns, and
+decides what to retry; the settings come checked, as :class:`.options.ClientOptions`.
+The bytes are the socket-free steps of :mod:`nimbus_thrift.rpc.codec.calls`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ..rpc.codec.calls import UnreadableReply, check_reply_length, decode_reply,
 from ..rpc.errors import AppErrorCode
 from .errors import (BadReply, ConnectionLost, FrameRefused, NimbusClientError, NimbusTimeout,
                      NimbusUnavailable, ServerError, TlsError, format_address)
+from .options import ClientOptions
 from .tls import ClientTls, classify
 
 log = structlog.get_logger(__name__)
@@ -39,26 +40,14 @@ log = structlog.get_logger(__name__)
 class FramedTransport:
     """One connection to one server, framed TBinaryProtocol, one call at a time.
 
-    Not thread-safe by itself: the subclass holds a lock for each whole call.
+    Not thread-safe by itself: its owner holds a lock for each whole call.
     """
 
-    def __init__(self, host: str, port: int, *, timeout: float, connect_timeout: float,
-                 connect_attempts: int, backoff_delays: list[float],
-                 max_frame_size: int, decoded_size_factor: float,
-                 tls: ClientTls | None = None, unix_socket: str | None = None) -> None:
-        """Take settings already checked (NimbusClient checks what users pass);
-        nothing is connected yet. With ``unix_socket``, ``host`` is its path and
-        ``port`` errors.UNIX_PORT."""
-        self.host = host
-        self.port = port
-        self.tls = tls
-        self.unix_socket = unix_socket
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
-        self.connect_attempts = connect_attempts
-        self.backoff_delays = backoff_delays
-        self.max_frame_size = max_frame_size
-        self.decoded_size_factor = decoded_size_factor
+    def __init__(self, options: ClientOptions) -> None:
+        """Take settings already checked; nothing is connected yet."""
+        self.options = options
+        self.host = options.host        # named in every error: kept at hand
+        self.port = options.port
         self._sock: socket.socket | None = None
         #: Whether a whole reply has come on this connection: a plaintext connection
         #: closed before any did may have reached a TLS-only port.
@@ -69,22 +58,33 @@ class FramedTransport:
         return format_address(self.host, self.port)
 
     @property
+    def tls(self) -> ClientTls | None:
+        return self.options.tls
+
+    @property
     def connected(self) -> bool:
         """Whether a connection is open now (it may since have been closed by the
         server; the next call finds out and reconnects)."""
         return self._sock is not None
 
-    def _discard(self) -> None:
+    def discard(self) -> None:
+        """Close the connection, if open; the next call connects afresh."""
         sock, self._sock = self._sock, None
         if sock is not None:
             sock.close()
 
-    def _ensure_connected(self) -> None:
+    def ensure_connected(self) -> None:
+        """Connect unless a connection the server has not dropped is open.
+
+        Raises:
+            NimbusUnavailable: every attempt failed.
+            TlsError: a certificate was refused.
+        """
         if self._sock is not None and self._dropped(self._sock):
             # The server closed the idle connection (its idle_timeout, a restart).
             # Nothing has been sent on it yet, so reconnecting is safe for any method.
             log.debug("nimbus_connection_dropped", nimbus=self.address)
-            self._discard()
+            self.discard()
         if self._sock is None:
             self._sock = self._open()
             self._answered = False
@@ -92,16 +92,17 @@ class FramedTransport:
     def _open(self) -> socket.socket:
         started = time.monotonic()
         reason = "no attempt made"
-        for attempt in range(1, self.connect_attempts + 1):
+        for attempt in range(1, self.options.connect_attempts + 1):
             try:
                 return self._connect_once()
             except _AttemptFailed as exc:
                 reason = exc.reason
             log.debug("nimbus_connect_failed", nimbus=self.address, attempt=attempt,
                       reason=reason)
-            if attempt < self.connect_attempts:
-                time.sleep(self.backoff_delays[attempt - 1])
-        raise NimbusUnavailable(self.host, self.port, reason, self.connect_attempts,
+            if attempt < self.options.connect_attempts:
+                time.sleep(self.options.backoff_delays[attempt - 1])
+        raise NimbusUnavailable(self.host, self.port, reason,
+                                self.options.connect_attempts,
                                 time.monotonic() - started)
 
     def _connect_once(self) -> socket.socket:
@@ -111,16 +112,16 @@ class FramedTransport:
             _AttemptFailed: the attempt failed in a way the next one may not.
             TlsError: a certificate or TLS refusal (not worth another attempt).
         """
-        if self.unix_socket is not None:
-            return _connect_unix(self.unix_socket, self.connect_timeout)
+        if self.options.unix_socket is not None:
+            return _connect_unix(self.options.unix_socket, self.options.connect_timeout)
         try:
             sock = socket.create_connection((self.host, self.port),
-                                            timeout=self.connect_timeout)
+                                            timeout=self.options.connect_timeout)
         except socket.gaierror as exc:
             raise _AttemptFailed(f"cannot resolve {self.host!r} ({exc.strerror})") from None
         except TimeoutError:
-            raise _AttemptFailed(f"connect timed out after {self.connect_timeout} s") \
-                from None
+            raise _AttemptFailed(f"connect timed out after "
+                                 f"{self.options.connect_timeout} s") from None
         except ConnectionRefusedError:
             raise _AttemptFailed("connection refused") from None
         except OSError as exc:
@@ -149,7 +150,7 @@ class FramedTransport:
         except TimeoutError:
             sock.close()
             raise _AttemptFailed(f"the TLS handshake timed out after "
-                                 f"{self.connect_timeout} s") from None
+                                 f"{self.options.connect_timeout} s") from None
         except OSError as exc:
             sock.close()
             raise _AttemptFailed(f"the TLS handshake broke off "
@@ -162,7 +163,7 @@ class FramedTransport:
             # A TLS 1.3 server refuses this client's certificate after the client's
             # handshake is over: the refusal can be what is waiting on an idle
             # connection (connect() and then a call), and must not pass for a close.
-            self._discard()
+            self.discard()
             failure = self._tls_error(exc)
             if failure is not None:
                 raise failure from None
@@ -176,14 +177,14 @@ class FramedTransport:
         refused, cause, reason = verdict
         return TlsError(self.host, self.port, refused, cause, reason)
 
-    def _exchange(self, service: Any, method: str, seqid: int, frame: bytes) -> Any:
+    def exchange(self, service: Any, method: str, seqid: int, frame: bytes) -> Any:
         """Send one frame on the open connection and return the decoded reply."""
         sock = self._sock
         assert sock is not None
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + self.options.timeout
         send_error: OSError | None = None
         try:
-            sock.settimeout(self.timeout)
+            sock.settimeout(self.options.timeout)
             # sendall's timeout bounds the whole send (Python >= 3.5), not each chunk.
             sock.sendall(frame)
         except TimeoutError:
@@ -195,9 +196,9 @@ class FramedTransport:
         try:
             prefix = self._recv_exactly(sock, 4, deadline, method)
             try:
-                size = check_reply_length(prefix, self.max_frame_size)
+                size = check_reply_length(prefix, self.options.max_frame_size)
             except UnreadableReply as exc:
-                self._discard()
+                self.discard()
                 raise BadReply(self.host, self.port, method, str(exc)) from None
             payload = self._recv_exactly(sock, size, deadline, method)
             self._answered = True
@@ -208,13 +209,14 @@ class FramedTransport:
                                  f"sending failed ({send_error.strerror or send_error})"
                                  ) from send_error
         if send_error is not None:
-            self._discard()
+            self.discard()
         try:
-            return decode_reply(service, method, seqid, payload, self.decoded_size_factor)
+            return decode_reply(service, method, seqid, payload,
+                                self.options.decoded_size_factor)
         except TApplicationException as exc:
             raise self._app_error(method, exc) from None
         except UnreadableReply as exc:
-            self._discard()
+            self.discard()
             raise BadReply(self.host, self.port, method, str(exc)) from None
 
     def _app_error(self, method: str, exc: TApplicationException) -> NimbusClientError:
@@ -223,7 +225,7 @@ class FramedTransport:
             refusal = parse_frame_refusal(message)
             if refusal is not None:
                 # The server closes the connection after this reply.
-                self._discard()
+                self.discard()
                 return FrameRefused(self.host, self.port, method, refusal[0], refusal[1],
                                     "server", message)
         return ServerError(self.host, self.port, method, int(exc.type), message)
@@ -246,20 +248,20 @@ class FramedTransport:
             except ssl.SSLError as exc:
                 # With TLS 1.3 the server's refusal of this client's certificate is
                 # the first thing read after the handshake.
-                self._discard()
+                self.discard()
                 failure = self._tls_error(exc)
                 if failure is not None:
                     raise failure from None
                 raise ConnectionLost(self.host, self.port, method,
                                      f"TLS failed ({exc.reason or exc})") from None
             except OSError as exc:
-                self._discard()
+                self.discard()
                 reason = exc.strerror or str(exc)
                 if isinstance(exc, ConnectionResetError):
                     reason = self._maybe_tls_only(reason, got, n)
                 raise ConnectionLost(self.host, self.port, method, reason) from None
             if k == 0:
-                self._discard()
+                self.discard()
                 reason = ("the server closed the connection without replying"
                           if got == 0 and n == 4 else
                           f"the server closed the connection {got} bytes into a "
@@ -273,15 +275,15 @@ class FramedTransport:
         # so the kernel resets it: say what that may be, on a connection that never
         # had a reply (a server that took the request and then closed is not this).
         if self._answered or got or n != 4 or self.tls is not None \
-                or self.unix_socket is not None:
+                or self.options.unix_socket is not None:
             return reason
         return f"{reason} (a nimbus that speaks only TLS does this to plaintext " \
                f"clients: give this one the CA certificate that signed the server's)"
 
     def _fail_timeout(self, method: str) -> NoReturn:
         # Discarded so the late reply, if it comes, is never read as another call's.
-        self._discard()
-        raise NimbusTimeout(self.host, self.port, method, self.timeout)
+        self.discard()
+        raise NimbusTimeout(self.host, self.port, method, self.options.timeout)
 
 
 class _AttemptFailed(Exception):

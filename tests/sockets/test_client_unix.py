@@ -82,7 +82,7 @@ def test_an_idle_unix_connection_the_server_dropped_is_replaced(handler, path):
             client.getNimbusConf()
             accepted_before = server.metrics().connections_accepted
             # Wait (bounded) for the server to close the idle connection.
-            sock = client._sock
+            sock = client._transport._sock
             assert sock is not None
             sock.settimeout(10)
             assert sock.recv(1, socket.MSG_PEEK) == b""
