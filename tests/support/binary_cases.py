@@ -1,5 +1,5 @@
-"""Test cases for the TBinaryProtocol decoders (tests/unit/rpc/codec/test_binary.py, the decoded-size
-budget and the fuzz tests): a thrift IDL with every type, hex and value fixtures, and
+"""Test cases for the TBinaryProtocol decoders (tests/unit/rpc/codec/test_binary_*.py,
+the decoded-size budget and the fuzz tests): a thrift IDL with every type, hex and value fixtures, and
 the outcome of each decoder on a frame, compared between the C fast path and Python."""
 
 from __future__ import annotations
