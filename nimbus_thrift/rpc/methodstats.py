@@ -26,8 +26,8 @@ OUTCOMES: tuple[str, ...] = ("ok", "declared", "failed")
 
 
 @dataclass(frozen=True)
-class MethodFigures:
-    """One method's figures at one moment."""
+class MethodSnapshot:
+    """One method's stats at one moment."""
 
     #: Calls by outcome (every key of :data:`OUTCOMES` present).
     outcomes: dict[str, int]
@@ -81,9 +81,9 @@ class MethodStats:
                 row.buckets[bucket_of(secs)] += 1
                 row.seconds += secs
 
-    def snapshot(self) -> dict[str, MethodFigures]:
+    def snapshot(self) -> dict[str, MethodSnapshot]:
         """Every method that has been called at least once."""
         with self._lock:
-            return {name: MethodFigures(dict(zip(OUTCOMES, row.outcomes)),
-                                        tuple(row.buckets), row.seconds)
+            return {name: MethodSnapshot(dict(zip(OUTCOMES, row.outcomes)),
+                                         tuple(row.buckets), row.seconds)
                     for name, row in self._rows.items() if any(row.outcomes)}

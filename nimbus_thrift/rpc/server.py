@@ -17,7 +17,7 @@ import structlog
 
 from .dispatch import Dispatcher, Status
 from .memory import MemoryBudget
-from .methodstats import MethodStats
+from .methodstats import MethodSnapshot
 from .metrics import MetricsSnapshot, ServerState
 from .options import ServerOptions
 from .selector import Selector
@@ -164,7 +164,7 @@ class Server:
             selector_takeovers=st.selector_takeovers,
         )
 
-    def method_metrics(self) -> dict[str, MethodStats]:
+    def method_metrics(self) -> dict[str, MethodSnapshot]:
         """Calls by outcome and latency per IDL method (methods called at least once);
         empty unless the server was made with ``method_metrics=True``."""
         stats = self.dispatcher.method_stats

@@ -6,7 +6,7 @@ head's exports and the stateful output are unioned into a single sink (a single
 export that nothing reads goes to the ``noop`` sink as it is). What reads a stateful
 bolt's output (the tail) runs per batch in ``foreachBatch`` (:class:`BatchSink`).
 
-Figures: each Python task adds ``{component: (emitted, processed, busy seconds)}`` to
+Stats: each Python task adds ``{component: (emitted, processed, busy seconds)}`` to
 one Spark accumulator (verified to arrive from mapInArrow, applyInPandasWithState and
 data source reads on Spark 4.3).
 """
@@ -31,7 +31,7 @@ from .plan import (BOLT_COLUMN, LEAF_COLUMN, SLOT_COLUMN, SPARK_TYPES, STREAM_CO
                    TASK_COLUMN, Node, Output, Plan, Slot, StatefulOp, routing_values)
 from .settings import task_settings
 from .source import source_class
-from .tasks import REMOVE, Counts, StatefulTask, run_bolt
+from .tasks import REMOVE, StatefulTask, TaskStats, run_bolt
 
 #: The sink's name for the merged stateful operator's rows.
 STATEFUL = "<stateful>"
@@ -39,19 +39,19 @@ STATEFUL = "<stateful>"
 STATE_SCHEMA = "s binary"
 
 
-#: A component's figures in the accumulator: ``(emitted, processed, busy seconds)``;
+#: A component's stats in the accumulator: ``(emitted, processed, busy seconds)``;
 #: spouts add the first only (a shorter tuple counts as zeros).
-Figures = tuple[float, ...]
+StatsTuple = tuple[float, ...]
 
 
-class CountsParam(AccumulatorParam):
+class StatsParam(AccumulatorParam):
     """``{component: (emitted, processed, busy seconds)}``, summed element-wise."""
 
-    def zero(self, value: dict[str, Figures]) -> dict[str, Figures]:
+    def zero(self, value: dict[str, StatsTuple]) -> dict[str, StatsTuple]:
         return {}
 
-    def addInPlace(self, a: dict[str, Figures], b: dict[str, Figures]
-                   ) -> dict[str, Figures]:
+    def addInPlace(self, a: dict[str, StatsTuple], b: dict[str, StatsTuple]
+                   ) -> dict[str, StatsTuple]:
         for cid, added in b.items():
             old = a.get(cid, ())
             width = max(len(old), len(added))
@@ -81,7 +81,7 @@ def bolt_function(topology: str, node: Node, accumulator: Any, work_dir: str
     """The mapInArrow function of a stateless bolt (``work_dir``: the topology's, for
     its run-time settings)."""
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        def done(counts: Counts) -> None:
+        def done(counts: TaskStats) -> None:
             accumulator.add({node.id: (counts.emitted, counts.processed, counts.busy_s)})
         return run_bolt(topology, node, batches, _task_of, _batch_id(), done,
                         lambda: task_settings(work_dir))

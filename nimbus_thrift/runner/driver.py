@@ -256,7 +256,7 @@ def one_line(exc: BaseException) -> str:
 
 def _run(spark: Any, spec: RunSpec, run_dir: RunDir, status: Status,
          stop: _StopSignal) -> int:
-    from .figures import FigureTracker
+    from .stats import StatsTracker
     from .query import TopologyQuery
     try:
         run = TopologyQuery(spark, spec, run_dir)
@@ -264,7 +264,7 @@ def _run(spark: Any, spec: RunSpec, run_dir: RunDir, status: Status,
     except Exception as exc:
         status.write(state="failed", error=one_line(exc))
         return EXIT_FAILED
-    tracker = FigureTracker(run.plan)
+    tracker = StatsTracker(run.plan)
     settings = SettingsWatcher(run_dir, LogLevels(on_root=_jvm_root_level(spark)))
 
     def figures() -> dict[str, Any]:

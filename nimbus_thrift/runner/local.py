@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..topology.streams import DEFAULT_STREAM
-from .rundir import ComponentFigures, RunDir
+from .rundir import ReportedStats, RunDir
 from .spec import RunSpec, from_plan
 
 
@@ -31,7 +31,7 @@ class RunFailed(RuntimeError):
 
 @dataclass
 class RunResult:
-    figures: dict[str, ComponentFigures]
+    figures: dict[str, ReportedStats]
     #: component -> stream -> tuples the leaf bolts emitted (empty if not collected).
     outputs: dict[str, dict[str, list[tuple]]] = field(default_factory=dict)
     batches: int = 0
@@ -88,9 +88,9 @@ def run_bounded(topology: Any, spark: Any, work_dir: Path | str,
             raise RunFailed(*failure)
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", previous)
-    from .figures import FigureTracker
+    from .stats import StatsTracker
     progress = run.progress()
-    figures = FigureTracker(run.plan).update(run.counts(), progress)
+    figures = StatsTracker(run.plan).update(run.counts(), progress)
     outputs = run.collected.tuples() if run.collected is not None else {}
     return RunResult(figures, outputs, batches=len([p for p in progress
                                                     if p.get("numInputRows", 0)]))

@@ -11,8 +11,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from .dataflow import BatchSink, Collected, CountsParam, build_query
-from .figures import describe_failure
+from .dataflow import BatchSink, Collected, StatsParam, build_query
+from .failures import describe_failure
 from .plan import Plan, build_plan
 from .rundir import RunDir
 from .spec import RunSpec
@@ -41,7 +41,7 @@ class TopologyQuery:
                 or trigger_ms < 0:
             raise ValueError(f"trigger_ms must be a number >= 0, not {trigger_ms!r}")
         self.trigger_ms = trigger_ms
-        self.accumulator = spark.sparkContext.accumulator({}, CountsParam())
+        self.accumulator = spark.sparkContext.accumulator({}, StatsParam())
         self.collected = Collected() if collect else None
         self.query: StreamingQuery | None = None
 

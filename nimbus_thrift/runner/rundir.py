@@ -350,8 +350,10 @@ def _json(data: str | bytes) -> Any:
 
 
 @dataclass
-class ComponentFigures:
-    """Counts since the application started, and recent rates."""
+class ReportedStats:
+    """A component's stats as the driver reports them in ``status.json``: counts since
+    the application started, and recent rates (the daemon reads them into its own
+    ``ComponentStats``)."""
 
     emitted: int = 0
     processed: int = 0
@@ -360,7 +362,7 @@ class ComponentFigures:
     busy_ms: float = 0.0           # a bolt's tasks' time on its tuples, summed
 
     @classmethod
-    def from_dict(cls, raw: Any) -> "ComponentFigures":
+    def from_dict(cls, raw: Any) -> "ReportedStats":
         """From JSON; keys of a newer runner are left out, missing ones default.
 
         Raises:
@@ -391,7 +393,7 @@ class RunState:
     ui_url: str = ""
     batch_id: int = -1
     batch_ms: float = 0.0
-    components: dict[str, ComponentFigures] = field(default_factory=dict)
+    components: dict[str, ReportedStats] = field(default_factory=dict)
     error: str = ""
     error_component: str = ""
 
@@ -427,7 +429,7 @@ class RunState:
                    app_id=_field(raw, "app_id", (str,), ""), ui_url=ui_url,
                    batch_id=_field(raw, "batch_id", (int,), -1),
                    batch_ms=float(_field(raw, "batch_ms", _NUMBER, 0.0)),
-                   components={str(k): ComponentFigures.from_dict(v)
+                   components={str(k): ReportedStats.from_dict(v)
                                for k, v in components.items()},
                    error=error, error_component=_field(raw, "error_component", (str,), ""))
 

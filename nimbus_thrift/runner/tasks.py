@@ -67,7 +67,7 @@ def _sampler(topology: str, node: Node, task: int, batch_id: int | None,
 
 
 @dataclass
-class Counts:
+class TaskStats:
     """Tuples a component emitted and processed, and the seconds its task spent on
     them (decoding, user code, converting what it emitted), to add to the run's
     figures. The seconds are a timing: not compared."""
@@ -143,13 +143,13 @@ class BoltTask:
             self.busy_s += perf_counter() - start
 
     @property
-    def counts(self) -> Counts:
-        return Counts(self.emitter.emitted, self.processed, self.busy_s)
+    def counts(self) -> TaskStats:
+        return TaskStats(self.emitter.emitted, self.processed, self.busy_s)
 
 
 def run_bolt(topology: str, node: Node, batches: Iterable[pa.RecordBatch],
              task_of: Callable[[pa.RecordBatch], int], batch_id: int | None,
-             done: Callable[[Counts], None],
+             done: Callable[[TaskStats], None],
              settings: Callable[[], RunSettings | None] = lambda: None
              ) -> Iterator[pa.RecordBatch]:
     """A mapInArrow body: the bolt over one partition. The instance is made at the
@@ -367,8 +367,8 @@ class StatefulTask:
             start += size
         return result
 
-    def counts(self) -> dict[str, Counts]:
-        return {node.id: Counts(e.emitted, p, busy)
+    def counts(self) -> dict[str, TaskStats]:
+        return {node.id: TaskStats(e.emitted, p, busy)
                 for node, e, p, busy in zip(self.nodes, self.emitters, self.processed,
                                             self.busy_s)}
 

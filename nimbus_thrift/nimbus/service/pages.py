@@ -47,7 +47,7 @@ from ..launcher import RunStatus, WorkerNode
 from .logs import debug_options, settings_of
 from .queries import ALL_TIME, CODE_REPLICATION, NimbusQueries
 from ..state.store import TopologyRecord
-from ..state.timeseries import TimeSeries, WindowFigures
+from ..state.timeseries import TimeSeries, WindowStats
 from .wire_errors import InvalidOption, storm_errors
 
 #: Storm's windows, as its UI asks for them: all time, 10 minutes, 3 hours, a day.
@@ -198,7 +198,7 @@ class PageCalls(NimbusQueries):
 
     # --- parts ------------------------------------------------------------------------
     def _aggregate_stats(self, rec: TopologyRecord, component: str, spout: bool,
-                   figures: WindowFigures | None, *, last_error: Any = None,
+                   figures: WindowStats | None, *, last_error: Any = None,
                    executors: int | None = None, tasks: int | None = None,
                    share: tuple[int, int] | None = None) -> Any:
         """A component's ComponentAggregateStats over one window (``share``: the
@@ -241,7 +241,7 @@ class PageCalls(NimbusQueries):
                                       window_to_complete_latencies_ms=latencies)
 
     def _input_stats(self, rec: TopologyRecord, component: str,
-                     figures: WindowFigures | None) -> Any:
+                     figures: WindowStats | None) -> Any:
         """A bolt's figures by input stream: known only when it has one input."""
         inputs = self._inputs(rec, component)
         if len(inputs) != 1 or figures is None:
@@ -256,7 +256,7 @@ class PageCalls(NimbusQueries):
                 process_latency_ms=figures.latency_ms, executed=figures.processed)))}
 
     def _output_stats(self, rec: TopologyRecord, component: str,
-                      figures: WindowFigures | None) -> Any:
+                      figures: WindowStats | None) -> Any:
         """A component's figures by output stream: known only when it declares at most
         one stream (none: an empty map)."""
         streams = self._output_streams(rec, component)
@@ -270,7 +270,7 @@ class PageCalls(NimbusQueries):
             for stream in streams}
 
     def _exec_stats(self, rec: TopologyRecord, run: RunStatus, component: str,
-                    spout: bool, figures: WindowFigures | None) -> list[Any]:
+                    spout: bool, figures: WindowStats | None) -> list[Any]:
         """One entry per executor while the topology runs, each with an even share of
         the component's counts (as getTopologyInfo's executors: sums come out exact)."""
         if not run.assigned:

@@ -48,7 +48,7 @@ TIERS: tuple[tuple[float, float], ...] = ((600.0, 10.0), (10800.0, 120.0),
                                           (86400.0, 900.0))
 
 
-class Figures(Protocol):
+class SampledStats(Protocol):
     """What is sampled of one component (``ComponentStats`` has these)."""
 
     @property
@@ -71,8 +71,8 @@ class Sample:
 
 
 @dataclass(frozen=True)
-class WindowFigures:
-    """One component's figures over a window."""
+class WindowStats:
+    """One component's stats over a window."""
 
     emitted: int
     processed: int
@@ -142,7 +142,7 @@ class Series:
     def __len__(self) -> int:
         return sum(len(t.samples) for t in self.tiers)
 
-    def window(self, seconds: float | None) -> dict[str, WindowFigures]:
+    def window(self, seconds: float | None) -> dict[str, WindowStats]:
         """Each component's figures over the last ``seconds`` (None: the whole run),
         ending at the latest sample; empty before the first sample."""
         latest = self.latest
@@ -167,9 +167,9 @@ class Series:
             if e0 > emitted or p0 > processed:     # cannot happen within a run; be safe
                 e0 = p0 = 0
                 b0 = 0.0
-            result[cid] = WindowFigures(emitted=emitted - e0, processed=processed - p0,
-                                        latency_ms=_weighted_latency(inside, cid, latency),
-                                        seconds=span, busy_ms=max(0.0, busy - b0))
+            result[cid] = WindowStats(emitted=emitted - e0, processed=processed - p0,
+                                      latency_ms=_weighted_latency(inside, cid, latency),
+                                      seconds=span, busy_ms=max(0.0, busy - b0))
         return result
 
     def recent(self, seconds: float) -> list[Sample]:
@@ -218,7 +218,7 @@ class TimeSeries:
         self._lock = threading.Lock()
 
     def record(self, topology_id: str, at: float, started_at: float,
-               components: Mapping[str, Figures]) -> None:
+               components: Mapping[str, SampledStats]) -> None:
         """Sample a topology's figures at ``at``; ``started_at`` is when its run
         started (``-inf`` when not known: every sample is then of one run)."""
         sample = Sample(at, started_at, {cid: (int(f.emitted), int(f.processed),
@@ -230,7 +230,7 @@ class TimeSeries:
                 series = self._series[topology_id] = Series(self._tiers)
             series.add(sample)
 
-    def window(self, topology_id: str, seconds: float | None) -> dict[str, WindowFigures]:
+    def window(self, topology_id: str, seconds: float | None) -> dict[str, WindowStats]:
         """Figures of ``topology_id``'s components over the last ``seconds`` (None:
         all time, i.e. the current run); empty if it was never sampled."""
         with self._lock:

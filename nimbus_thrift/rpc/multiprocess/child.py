@@ -18,7 +18,7 @@ import structlog
 
 from .control import CONTROL_MAX, FINAL_SEQ, encode_methods, encode_snapshot, parse_seq
 from .handoff import HandoffListener
-from ..methodstats import MethodFigures
+from ..methodstats import MethodSnapshot
 from ..metrics import MetricsSnapshot
 from ..options import ServerOptions
 
@@ -42,7 +42,7 @@ class ChildServer(Protocol):
 
     def metrics(self) -> MetricsSnapshot: ...
 
-    def method_metrics(self) -> dict[str, MethodFigures]: ...
+    def method_metrics(self) -> dict[str, MethodSnapshot]: ...
 
 
 #: Builds a child's server: it accepts from the given listener (the child's end of its
@@ -72,7 +72,7 @@ def _send(control: socket.socket, messages: list[bytes]) -> None:
         control.settimeout(None)
 
 
-def _methods_answer(seq: int, figures: dict[str, MethodFigures], slot: int,
+def _methods_answer(seq: int, figures: dict[str, MethodSnapshot], slot: int,
                     warned: list[bool]) -> list[bytes]:
     messages, omitted = encode_methods(seq, figures)
     if omitted and not warned:

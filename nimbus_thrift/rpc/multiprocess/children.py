@@ -18,9 +18,9 @@ import time
 from typing import Protocol
 
 from .control import CONTROL_MAX, Farewell, MethodsReply, SnapshotReply
-from ..methodstats import MethodFigures
+from ..methodstats import MethodSnapshot
 from ..metrics import MetricsSnapshot
-from .supervision import (TRANSITIONS, ChildState, add_retired, newer_figures, sum_methods,
+from .supervision import (TRANSITIONS, ChildState, add_retired, newer_stats, sum_methods,
                           sum_snapshots)
 
 #: Seconds a child has to answer a request before it is left out of the sum.
@@ -75,8 +75,8 @@ class Tally:
         #: Cumulative counters of the children that stopped gracefully.
         self._retired: dict[str, int] = {}
         #: Per-method figures of the children gone, and each other child's latest.
-        self._retired_methods: dict[str, MethodFigures] = {}
-        self._methods: dict[Child, dict[str, MethodFigures]] = {}
+        self._retired_methods: dict[str, MethodSnapshot] = {}
+        self._methods: dict[Child, dict[str, MethodSnapshot]] = {}
 
     def metrics(self, serving: list[Child]) -> MetricsSnapshot:
         """The ``serving`` children's snapshots summed (one that does not answer
@@ -87,7 +87,7 @@ class Tally:
             retired = dict(self._retired)
         return sum_snapshots(snaps, retired)
 
-    def method_metrics(self, serving: list[Child]) -> dict[str, MethodFigures]:
+    def method_metrics(self, serving: list[Child]) -> dict[str, MethodSnapshot]:
         """Ask the ``serving`` children for their per-method figures, then sum what
         every child not yet gone last reported (a child that does not answer within
         CONTROL_TIMEOUT counts with its previous answer) and the retired figures."""
@@ -120,8 +120,8 @@ class Tally:
                     # Not once child_gone has retired its figures (it runs after the
                     # reap, with the channel held too).
                     if not child.exited.is_set():
-                        self._methods[child] = newer_figures(self._methods.get(child, {}),
-                                                             reply.figures)
+                        self._methods[child] = newer_stats(self._methods.get(child, {}),
+                                                           reply.figures)
 
     def _exchange(self, child: Child, request: bytes, reply: _Reply) -> bool:
         """Send ``request`` and feed what comes back to ``reply`` until it is complete
@@ -193,8 +193,8 @@ class Tally:
             add_retired(self._retired, child.farewell.snapshot)
             self._retire_methods(child, child.farewell.methods.figures or {})
 
-    def _retire_methods(self, child: Child, last: dict[str, MethodFigures]) -> None:
+    def _retire_methods(self, child: Child, last: dict[str, MethodSnapshot]) -> None:
         """Move a child's figures to the retired totals: ``last`` (its last words)
         where it has them, its latest answer for the rest (call with the lock held)."""
-        figures = newer_figures(self._methods.pop(child, {}), last)
+        figures = newer_stats(self._methods.pop(child, {}), last)
         self._retired_methods = sum_methods([figures], self._retired_methods)

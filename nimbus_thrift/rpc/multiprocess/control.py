@@ -35,7 +35,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from ..methodstats import BUCKETS, OUTCOMES, MethodFigures
+from ..methodstats import BUCKETS, OUTCOMES, MethodSnapshot
 from ..metrics import MetricsSnapshot
 
 #: Largest control message: a metrics snapshot as JSON is about 700 bytes, a part of
@@ -98,7 +98,7 @@ class SnapshotReply:
 
 # ----------------------------------------------------------------- per-method figures
 
-def encode_methods(seq: int, figures: dict[str, MethodFigures]) -> tuple[list[bytes], int]:
+def encode_methods(seq: int, figures: dict[str, MethodSnapshot]) -> tuple[list[bytes], int]:
     """The messages that carry ``figures`` as the answer to request ``seq``, and how
     many methods were left out to stay within METHODS_MAX_PARTS (the least called)."""
     budget = METHODS_MAX_PARTS * METHODS_PART_MAX - 2     # the braces
@@ -126,7 +126,7 @@ def _counts(value: object, length: int) -> bool:
         all(type(x) is int and x >= 0 for x in value)
 
 
-def decode_methods(body: bytes) -> dict[str, MethodFigures] | None:
+def decode_methods(body: bytes) -> dict[str, MethodSnapshot] | None:
     """The figures in a joined JSON document, or None if it is unreadable (not JSON,
     or an entry of the wrong shape: every count a non-negative integer, the seconds a
     finite non-negative number)."""
@@ -144,8 +144,8 @@ def decode_methods(body: bytes) -> dict[str, MethodFigures] | None:
         if not (_counts(outcomes, len(OUTCOMES)) and _counts(buckets, len(BUCKETS) + 1)
                 and type(seconds) in (int, float) and math.isfinite(seconds) and seconds >= 0):
             return None
-        figures[name] = MethodFigures(dict(zip(OUTCOMES, outcomes)), tuple(buckets),
-                                      float(seconds))
+        figures[name] = MethodSnapshot(dict(zip(OUTCOMES, outcomes)), tuple(buckets),
+                                       float(seconds))
     return figures
 
 
@@ -175,7 +175,7 @@ class MethodsReply:
     def __init__(self, seq: int) -> None:
         self.seq = seq
         self.complete = False
-        self.figures: dict[str, MethodFigures] | None = None
+        self.figures: dict[str, MethodSnapshot] | None = None
         self._parts: list[bytes] = []
         self._count = 0
 

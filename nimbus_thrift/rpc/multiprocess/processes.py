@@ -72,7 +72,7 @@ from .children import Tally
 from .control import CONTROL_MAX
 from .forksafe import fork_holding_log_locks
 from .handoff import HandoffListener, hand_over, send_end
-from ..methodstats import MethodFigures
+from ..methodstats import MethodSnapshot
 from ..metrics import MetricsSnapshot
 from ..options import ServerOptions
 from .supervision import Backoff, ChildState, check_processes, child_options, describe_status
@@ -286,7 +286,7 @@ class ProcessServer:
         rolling restart a stopping child's counters are missing until it has stopped."""
         return self._tally.metrics(self._serving_children())
 
-    def method_metrics(self) -> dict[str, MethodFigures]:
+    def method_metrics(self) -> dict[str, MethodSnapshot]:
         """Calls by outcome and latency per IDL method (methods called at least once),
         summed over every child, as ``Server.method_metrics()``; empty unless made with
         ``method_metrics=True``.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 # Re-exported: the control messages lived here before rpc/control.py.
 from .control import decode_snapshot as decode_snapshot
 from .control import encode_snapshot as encode_snapshot
-from ..methodstats import OUTCOMES, MethodFigures
+from ..methodstats import OUTCOMES, MethodSnapshot
 from ..metrics import MetricsSnapshot
 from ..options import OptionError, ServerOptions
 
@@ -89,27 +89,27 @@ def add_retired(retired: dict[str, int], snapshot: MetricsSnapshot) -> None:
         retired[name] = retired.get(name, 0) + getattr(snapshot, name)
 
 
-def add_figures(a: MethodFigures, b: MethodFigures) -> MethodFigures:
-    """One method's figures added: outcomes, bucket counts and seconds."""
-    return MethodFigures({o: a.outcomes.get(o, 0) + b.outcomes.get(o, 0) for o in OUTCOMES},
-                         tuple(x + y for x, y in zip(a.bucket_counts, b.bucket_counts,
-                                                     strict=True)),
-                         a.seconds_sum + b.seconds_sum)
+def add_stats(a: MethodSnapshot, b: MethodSnapshot) -> MethodSnapshot:
+    """One method's stats added: outcomes, bucket counts and seconds."""
+    return MethodSnapshot({o: a.outcomes.get(o, 0) + b.outcomes.get(o, 0) for o in OUTCOMES},
+                          tuple(x + y for x, y in zip(a.bucket_counts, b.bucket_counts,
+                                                      strict=True)),
+                          a.seconds_sum + b.seconds_sum)
 
 
-def sum_methods(answers: list[dict[str, MethodFigures]],
-                retired: dict[str, MethodFigures] | None = None) -> dict[str, MethodFigures]:
+def sum_methods(answers: list[dict[str, MethodSnapshot]],
+                retired: dict[str, MethodSnapshot] | None = None) -> dict[str, MethodSnapshot]:
     """Method by method sum of the children's figures and the ``retired`` figures of
     children that have stopped, sorted by method name."""
-    total: dict[str, MethodFigures] = {}
+    total: dict[str, MethodSnapshot] = {}
     for figures in [*answers, retired or {}]:
         for name, fig in figures.items():
-            total[name] = add_figures(total[name], fig) if name in total else fig
+            total[name] = add_stats(total[name], fig) if name in total else fig
     return dict(sorted(total.items()))
 
 
-def newer_figures(older: dict[str, MethodFigures],
-                  newer: dict[str, MethodFigures]) -> dict[str, MethodFigures]:
+def newer_stats(older: dict[str, MethodSnapshot],
+                newer: dict[str, MethodSnapshot]) -> dict[str, MethodSnapshot]:
     """One child's figures as last known: its ``newer`` answer, and for the methods that
     answer left out (a child over METHODS_MAX_PARTS sends its busiest) the ``older``
     ones. A child's figures only grow, so this never goes back down."""

@@ -8,12 +8,12 @@ import json
 
 import pyarrow as pa
 
-from nimbus_thrift.runner.dataflow import CountsParam
-from nimbus_thrift.runner.figures import FigureTracker
+from nimbus_thrift.runner.dataflow import StatsParam
 from nimbus_thrift.runner.local import spec_of
 from nimbus_thrift.runner.plan import build_plan
 from nimbus_thrift.runner.rundir import RunState
-from nimbus_thrift.runner.tasks import BoltTask, Counts, StatefulTask
+from nimbus_thrift.runner.stats import StatsTracker
+from nimbus_thrift.runner.tasks import BoltTask, StatefulTask, TaskStats
 from topologies.wordcount import WordCount
 
 
@@ -26,7 +26,7 @@ def test_a_bolt_task_times_its_batches_and_counts_compare_without_the_time() -> 
     task.finish()
     counts = task.counts
     assert counts.busy_s > 0
-    assert counts == Counts(emitted=3000, processed=1000)   # the time is not compared
+    assert counts == TaskStats(emitted=3000, processed=1000)   # the time is not compared
 
 
 def test_the_stateful_operator_times_each_bolt_it_runs() -> None:
@@ -41,7 +41,7 @@ def test_the_stateful_operator_times_each_bolt_it_runs() -> None:
 
 
 def test_the_accumulator_sums_figures_of_any_width() -> None:
-    param = CountsParam()
+    param = StatsParam()
     total = param.zero({})
     param.addInPlace(total, {"sentences": (10,), "split": (10, 5, 0.25)})
     param.addInPlace(total, {"sentences": (5,), "split": (1, 1, 0.5)})
@@ -50,8 +50,8 @@ def test_the_accumulator_sums_figures_of_any_width() -> None:
 
 def test_status_reports_busy_milliseconds_and_reads_older_and_newer_files() -> None:
     plan = build_plan(spec_of(WordCount, {"sentences": 3}))
-    figures = FigureTracker(plan).update({"sentences": (4,), "split": (12, 4, 0.002)}, [],
-                                         now=1.0)
+    figures = StatsTracker(plan).update({"sentences": (4,), "split": (12, 4, 0.002)}, [],
+                                        now=1.0)
     assert figures["split"].busy_ms == 2.0 and figures["sentences"].busy_ms == 0.0
     state = RunState(state="running", pid=1, updated_at=0.0, started_at=0.0,
                      components=figures)

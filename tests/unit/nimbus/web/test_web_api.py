@@ -270,18 +270,18 @@ def test_metrics_show_the_daemon_and_each_component(env: WebEnv) -> None:
 
 
 def test_metrics_show_the_thrift_server_and_its_methods(env: WebEnv) -> None:
-    from nimbus_thrift.rpc.methodstats import BUCKETS, MethodFigures
+    from nimbus_thrift.rpc.methodstats import BUCKETS, MethodSnapshot
     from nimbus_thrift.rpc.metrics import MetricsSnapshot
 
     class FakeServer:
         def metrics(self) -> MetricsSnapshot:
             return MetricsSnapshot(*range(1, 18))
 
-        def method_metrics(self) -> dict[str, MethodFigures]:
+        def method_metrics(self) -> dict[str, MethodSnapshot]:
             counts = [0] * (len(BUCKETS) + 1)
             counts[0], counts[3], counts[-1] = 2, 1, 1
-            return {"getClusterInfo": MethodFigures({"ok": 3, "declared": 0, "failed": 1},
-                                                    tuple(counts), 12.5)}
+            return {"getClusterInfo": MethodSnapshot({"ok": 3, "declared": 0, "failed": 1},
+                                                     tuple(counts), 12.5)}
 
     from nimbus_thrift.nimbus.web import WebApp
     env.app = WebApp(env.handler, server=FakeServer)

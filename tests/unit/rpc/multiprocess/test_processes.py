@@ -21,7 +21,7 @@ from nimbus_thrift.rpc.multiprocess import control
 from nimbus_thrift.rpc.multiprocess.children import Tally
 from nimbus_thrift.rpc.multiprocess.control import (CONTROL_MAX, FINAL_SEQ, Farewell, MethodsReply,
                                        decode_methods, encode_methods)
-from nimbus_thrift.rpc.methodstats import BUCKETS, MethodFigures, bucket_of
+from nimbus_thrift.rpc.methodstats import BUCKETS, MethodSnapshot, bucket_of
 from nimbus_thrift.rpc.metrics import MetricsSnapshot
 from nimbus_thrift.rpc.options import OptionError, ServerOptions
 from nimbus_thrift.rpc.multiprocess.processes import Child, ProcessServer
@@ -29,7 +29,7 @@ from nimbus_thrift.rpc.server import Server
 from nimbus_thrift.rpc.multiprocess.supervision import (CUMULATIVE_FIELDS, Backoff, ChildState, add_retired,
                                            check_processes, child_options, decode_snapshot,
                                            describe_status, encode_snapshot, sum_snapshots)
-from nimbus_thrift.rpc.multiprocess.supervision import newer_figures, sum_methods
+from nimbus_thrift.rpc.multiprocess.supervision import newer_stats, sum_methods
 
 
 def snapshot(**values: int) -> MetricsSnapshot:
@@ -179,15 +179,15 @@ def test_child_states_follow_the_table():
 
 
 def figures(ok: int = 0, declared: int = 0, failed: int = 0, secs: float = 0.001,
-            seconds_sum: float | None = None) -> MethodFigures:
+            seconds_sum: float | None = None) -> MethodSnapshot:
     """A method's figures with every timed call (ok + declared) in ``secs``'s bucket."""
     buckets = [0] * (len(BUCKETS) + 1)
     buckets[bucket_of(secs)] = ok + declared
-    return MethodFigures({"ok": ok, "declared": declared, "failed": failed}, tuple(buckets),
-                         (ok + declared) * secs if seconds_sum is None else seconds_sum)
+    return MethodSnapshot({"ok": ok, "declared": declared, "failed": failed}, tuple(buckets),
+                          (ok + declared) * secs if seconds_sum is None else seconds_sum)
 
 
-def joined(messages: list[bytes], seq: int) -> dict[str, MethodFigures] | None:
+def joined(messages: list[bytes], seq: int) -> dict[str, MethodSnapshot] | None:
     reply = MethodsReply(seq)
     assert all(reply.feed(m) for m in messages)
     assert reply.complete
@@ -297,7 +297,7 @@ def test_method_sums_add_outcomes_buckets_and_seconds_and_the_retired():
 
 def test_newer_figures_keep_what_a_trimmed_answer_left_out():
     older = {"a": figures(ok=1), "b": figures(ok=2)}
-    assert newer_figures(older, {"a": figures(ok=5)}) == {"a": figures(ok=5), "b": figures(ok=2)}
+    assert newer_stats(older, {"a": figures(ok=5)}) == {"a": figures(ok=5), "b": figures(ok=2)}
 
 
 def test_last_words_are_the_final_figures_then_bye():
@@ -335,10 +335,10 @@ class FakeChild:
         for message in messages:
             self.end.send(message)
 
-    def answer(self, seq: int, table: dict[str, MethodFigures]) -> None:
+    def answer(self, seq: int, table: dict[str, MethodSnapshot]) -> None:
         self.queue(*encode_methods(seq, table)[0])
 
-    def say_goodbye(self, table: dict[str, MethodFigures], completed: int = 0) -> None:
+    def say_goodbye(self, table: dict[str, MethodSnapshot], completed: int = 0) -> None:
         if table:
             self.answer(FINAL_SEQ, table)
         self.queue(encode_snapshot(b"bye", snapshot(requests_completed=completed)))

@@ -1,4 +1,4 @@
-"""Failure texts of a run (runner/figures.py): the one-line message, the component it
+"""Failure texts of a run (runner/failures.py): the one-line message, the component it
 names, and the traceback frames that are in the topology's own code.
 
 The Spark texts below are real: what ``StreamingQuery.exception()`` said (PySpark 4.3,
@@ -17,10 +17,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from nimbus_thrift.runner.figures import (FRAMES_HEADER, MAX_ERROR_LENGTH, MAX_ERROR_TEXT,
-                                          MAX_USER_FRAMES, Frame, describe_failure,
-                                          is_user_file, parse_frames, user_frames,
-                                          with_frames)
+from nimbus_thrift.runner.failures import (FRAMES_HEADER, MAX_ERROR_LENGTH, MAX_ERROR_TEXT,
+                                           MAX_USER_FRAMES, Frame, describe_failure,
+                                           is_user_file, parse_frames, user_frames,
+                                           with_frames)
 from nimbus_thrift.runner.plan import build_plan
 from nimbus_thrift.runner.local import spec_of
 from nimbus_thrift.runner.usercode import UserCodeError
