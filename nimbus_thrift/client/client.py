@@ -100,8 +100,8 @@ class NimbusClient:
 
         Args:
             host, port: where Nimbus listens (ignored with ``unix_socket``).
-            settings: by keyword, the other fields of :class:`.options.ClientOptions`
-                (their defaults are in :mod:`.defaults`): ``timeout``,
+            settings: by keyword, the other fields of :class:`.options.ClientOptions`,
+                which says what each means and its default: ``timeout``,
                 ``connect_timeout``, ``connect_attempts``, ``backoff_initial``,
                 ``backoff_factor``, ``backoff_max``, ``max_frame_size``,
                 ``decoded_size_factor``, ``ssl_context``, ``cert_file``, ``key_file``,

@@ -46,7 +46,7 @@ from .errors import NimbusClientError, NimbusTimeout
 if TYPE_CHECKING:
     from ..topology import Topology
 
-class NimbusClient(Protocol):
+class SubmitClient(Protocol):
     """What submitting and waiting need of a client: the calls below, the IDL, and
     the nimbus's address for the errors. :class:`~nimbus_thrift.client.NimbusClient`
     is one; it calls this module for its shortcuts, so this module names the calls it
@@ -143,7 +143,7 @@ def state_of(sched_status: str | None) -> str:
     return head if head.isidentifier() else ""
 
 
-def submit_prepared(client: NimbusClient, prepared: PreparedTopology, *,
+def submit_prepared(client: SubmitClient, prepared: PreparedTopology, *,
                     inactive: bool = False,
                     progress: Callable[[int, int], None] | None = None) -> str:
     """Upload a prepared topology's code and submit it; return the topology id.
@@ -184,7 +184,7 @@ def submit_prepared(client: NimbusClient, prepared: PreparedTopology, *,
                          "it was accepted, then removed before its id could be read")
 
 
-def wait_for_topology(client: NimbusClient, topology_id: str, *, inactive: bool = False,
+def wait_for_topology(client: SubmitClient, topology_id: str, *, inactive: bool = False,
                       timeout: float = DEFAULT_WAIT_TIMEOUT,
                       poll_interval: float = DEFAULT_POLL_INTERVAL,
                       on_status: Callable[[str], None] | None = None) -> Any:
@@ -245,7 +245,7 @@ def wait_for_topology(client: NimbusClient, topology_id: str, *, inactive: bool 
         time.sleep(min(poll_interval, remaining))
 
 
-def submit_topology(client: NimbusClient,
+def submit_topology(client: SubmitClient,
                     topology: "type[Topology] | str | os.PathLike[str]",
                     name: str | None = None, conf: Mapping[str, Any] | None = None, *,
                     class_name: str | None = None, inactive: bool = False,
