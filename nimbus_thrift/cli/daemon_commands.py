@@ -10,50 +10,16 @@ from typing import Any
 import click
 
 from .. import logs
-from ..idl import NIMBUS_PORT
 from ..tuning import tune_allocator
+from .options import SettingsCommand, daemon_setting_options, setting_option
 from .stop_signals import on_stop_signals, wait
 
 
-@click.command()
+@click.command(cls=SettingsCommand, setting_flags=daemon_setting_options)
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
               envvar="NIMBUS_THRIFT_CONFIG",
-              help="YAML file of settings (keys as the flags, e.g. data_dir: /srv/nimbus).")
-@click.option("--host", help="Address to listen on.  [default: 127.0.0.1]")
-@click.option("--port", type=int, help=f"Port to listen on.  [default: {NIMBUS_PORT}, as Storm]")
-@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="State, uploads, work directories.  [default: ~/.local/share/nimbus-thrift]")
-@click.option("--launcher", help="What runs topologies: 'spark', 'none' or "
-                                 "module:factory.  [default: spark]")
-@click.option("--spark-master", help="Spark master for topologies.  [default: local[*]]")
-@click.option("--workers", "worker_threads", type=int, help="RPC worker threads.  [default: 64]")
-@click.option("--max-frame-size", type=int, help="Largest request frame in bytes.  "
-                                                 "[default: 1048576, as Storm]")
-@click.option("--max-upload-bytes", type=int, help="Largest code upload.  [default: 256 MiB]")
-@click.option("--tls-cert", "tls_cert_file", type=click.Path(dir_okay=False),
-              help="The daemon's certificate (PEM); with --tls-key the port speaks TLS only.")
-@click.option("--tls-key", "tls_key_file", type=click.Path(dir_okay=False),
-              help="The key of --tls-cert (PEM, unencrypted).")
-@click.option("--tls-client-ca", "tls_client_ca_file", type=click.Path(dir_okay=False),
-              help="CA certificate(s) (PEM): every client must present a certificate "
-                   "signed by one; its common name is the caller's principal.")
-@click.option("--insecure", is_flag=True, default=None,
-              help="Allow listening on a non-loopback address without mutual TLS.")
-@click.option("--run-as-user", is_flag=True, default=None,
-              help="Run each topology as its owner's OS user (needs root; see "
-                   "docs/team.md).  [default: the daemon's user]")
-@click.option("--allow-anonymous", is_flag=True, default=None,
-              help="Let 'anonymous' (no identity: remote plain TCP, a certificate "
-                   "without a CN) use the service.")
-@click.option("--ui-port", type=click.IntRange(-1, 65535),
-              help="Port of the web UI, Storm's REST API and /metrics; 0 turns them off, "
-                   "-1 takes any free port.  [default: 8080, as Storm's ui.port]")
-@click.option("--unix-socket", help="Unix socket for local users (their OS user is their "
-                                    "principal); '' for none.  [default: "
-                                    "<data dir>/nimbus.sock]")
-@click.option("--log-level", type=click.Choice(logs.LEVELS), help="[default: info]")
-@click.option("--log-format", type=click.Choice(["auto", "console", "json"]),
-              help="auto: console on a terminal, JSON otherwise.  [default: auto]")
+              help="YAML file of settings (keys as in docs/configuration.md, e.g. "
+                   "data_dir: /srv/nimbus).")
 def nimbus(config_file: Path | None, **flags: Any) -> None:
     """Run the nimbus daemon in the foreground until SIGTERM or Ctrl-C.
 
@@ -106,10 +72,15 @@ def ui(config_file: Path | None) -> None:
     click.echo(url)
 
 
-@click.command("warm-up")
+def _spark_master_flag() -> list[click.Parameter]:
+    from ..nimbus.settings import SETTINGS
+
+    return [setting_option(SETTINGS["spark_master"], "Spark master to run it on.")]
+
+
+@click.command("warm-up", cls=SettingsCommand, setting_flags=_spark_master_flag)
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
               envvar="NIMBUS_THRIFT_CONFIG", help="The daemon's YAML settings file.")
-@click.option("--spark-master", help="Spark master to run it on.  [default: local[*]]")
 @click.option("--timeout", type=click.FloatRange(0, min_open=True), default=600.0,
               show_default=True, help="Seconds to give up after.")
 def warm_up(config_file: Path | None, spark_master: str | None, timeout: float) -> None:

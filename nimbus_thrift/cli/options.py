@@ -1,17 +1,23 @@
 """Flags several commands share: logging, where the nimbus is, reply timeouts, --json
-(and how --json output is printed)."""
+(and how --json output is printed); and the daemon's flags, made from its settings
+registry (nimbus/settings.py)."""
 
 from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .. import logs, render
 from ..client.defaults import DEFAULT_HOST, DEFAULT_TIMEOUT
 from ..idl import NIMBUS_PORT
+
+if TYPE_CHECKING:
+    from ..nimbus.settings import Setting
 
 
 def logging_options(func: Any) -> Any:
@@ -78,3 +84,56 @@ def json_option(func: Any) -> Any:
 
 def echo_json(value: Any) -> None:
     click.echo(json.dumps(render.jsonable(value), indent=2, sort_keys=True))
+
+
+class SettingsCommand(click.Command):
+    """A command with flags made from the daemon's settings registry, added the first
+    time click asks for its parameters (to parse or to print --help).
+
+    Late because the registry's module is inside the daemon's package, whose import
+    made ``import nimbus_thrift.cli`` take 0.4 s instead of 0.1-0.15 s here: the client
+    commands, registered beside these, do not pay for it.
+    """
+
+    def __init__(self, *args: Any, setting_flags: Callable[[], list[click.Parameter]],
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._setting_flags: Callable[[], list[click.Parameter]] | None = setting_flags
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        if self._setting_flags is not None:
+            made, self._setting_flags = self._setting_flags(), None
+            self.params.extend(made)
+        return super().get_params(ctx)
+
+
+def setting_option(setting: Setting, doc: str | None = None) -> click.Option:
+    """The flag of one setting: read by click as the setting's type, under the setting's
+    name (load_config's ``flags`` key); its help is ``doc`` (the registry's one line by
+    default) and the registry's default. A flag not given is None, so the file and the
+    environment decide; bounds are load_config's to check (its error names the flag),
+    unless the setting says click checks them."""
+    help_text = f"{doc or setting.doc}  [default: {setting.shown_default}]"
+    decls = [setting.flag or "--" + setting.name.replace("_", "-"), setting.name]
+    if setting.kind is bool:
+        return click.Option(decls, is_flag=True, default=None, help=help_text)
+    kind: Any = None
+    if setting.choices:
+        kind = click.Choice(setting.choices)
+    elif setting.kind is int:
+        kind = click.IntRange(setting.minimum, setting.maximum) \
+            if setting.flag_checks_bounds else int
+    elif setting.kind is float:
+        kind = float
+    elif setting.kind is Path:            # data_dir: a directory
+        kind = click.Path(file_okay=False, path_type=Path)
+    elif setting.kind == Path | None:     # the TLS files
+        kind = click.Path(dir_okay=False)
+    return click.Option(decls, type=kind, help=help_text)
+
+
+def daemon_setting_options() -> list[click.Parameter]:
+    """A flag for each setting the registry gives one, in the registry's order."""
+    from ..nimbus.settings import SETTINGS
+
+    return [setting_option(s) for s in SETTINGS.values() if s.flag]

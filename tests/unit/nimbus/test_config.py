@@ -485,15 +485,16 @@ def test_tls_files_must_be_readable(pki: Path, tmp_path: Path,
     with pytest.raises(ConfigError, match=f"tls_cert_file '{tmp_path}' cannot be read: "
                                           "Is a directory"):
         config(tls_cert_file=str(tmp_path), tls_key_file=str(key))
-    # chmod 0 does not stop root, which these tests may run as: fail the open instead.
-    from nimbus_thrift.nimbus import config as config_module
+    # chmod 0 does not stop root, which these tests may run as: fail the open instead
+    # (in the registry's module, whose NimbusConfig checks the files).
+    from nimbus_thrift.nimbus import settings as settings_module
     real_open = open
 
     def denied(path: Any, *args: Any, **kwargs: Any) -> Any:
         if Path(path) == key:
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, *args, **kwargs)
-    monkeypatch.setattr(config_module, "open", denied, raising=False)
+    monkeypatch.setattr(settings_module, "open", denied, raising=False)
     with pytest.raises(ConfigError, match=f"tls_key_file '{key}' cannot be read: "
                                           "Permission denied"):
         config(tls_cert_file=str(pki / "server.pem"), tls_key_file=str(key))

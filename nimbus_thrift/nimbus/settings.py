@@ -1,0 +1,605 @@
+"""Every setting of the daemon, declared once: the registry.
+
+Each field of :class:`NimbusConfig` is one setting, declared with :func:`setting`: its
+name (the YAML key, ``data_dir`` or ``data-dir``; the environment variable is
+``NIMBUS_THRIFT_`` + the name in capitals), its type (the annotation), its default,
+its command-line flag if it has one, its bounds and other rules, and one line of doc.
+:data:`SETTINGS` holds them as :class:`Setting` objects, from which are made:
+
+- the checks :class:`NimbusConfig` runs on every value (this module), and the loading
+  from file < environment < flags whose errors name what the user typed (config.py);
+- the daemon's flags with their defaults in their help (cli/options.py);
+- the table of docs/configuration.md (:mod:`.settings_doc`).
+
+tests/unit/test_settings_agree.py checks that they agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..idl import ENV_PREFIX, NIMBUS_PORT, UNIX_SOCKET_NAME, default_data_dir
+# The server library's defaults are already Storm's (64 workers as nimbus.thrift.threads,
+# storm.thrift.socket.timeout.ms's 10 minutes idle); the daemon keeps them.
+from ..rpc.options import (DEFAULT_DECODED_SIZE_FACTOR, DEFAULT_FIRST_REQUEST_TIMEOUT,
+                           DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+                           DEFAULT_MAX_CONNECTIONS, DEFAULT_MIN_FRAME_RATE,
+                           DEFAULT_PARK_TIMEOUT, DEFAULT_WORKER_THREADS,
+                           DEFAULT_WRITE_TIMEOUT)
+
+
+#: Storm's nimbus.thrift.max_buffer_size, the daemon's default on purpose instead of the
+#: server library's (Thrift's 16 MB): upload chunks are 300 KiB, so 1 MiB frames are
+#: plenty, and a stray client cannot make the daemon buffer 16 MB per connection.
+STORM_MAX_FRAME_SIZE = 1_048_576
+#: Zipped Python code is small; this bounds the disk one upload can fill.
+DEFAULT_MAX_UPLOAD_BYTES = 256 << 20
+#: Storm's nimbus.file.copy.expiration.secs: an upload idle this long is dropped.
+DEFAULT_FILE_COPY_EXPIRATION_SECS = 600.0
+#: Storm cleans its inbox of jars older than an hour; unused uploads go after this.
+DEFAULT_UPLOAD_RETENTION_SECS = 3600.0
+#: The daemon's memory bounds, tighter than the server library's (which serves 16 MB
+#: frames to trusted callers): its frames are at most 1 MiB and its large replies rare
+#: (confs, topologies; download chunks are 300 KiB), and it must stay within its RSS
+#: targets against clients that send frames they never finish or ask for replies they
+#: never read (scripts/abuse/nimbus_rows.py, rows 3 and 5). Frames in read buffers: 64
+#: of the largest at once.
+DAEMON_MAX_READ_BUFFER_BYTES = 64 << 20
+#: Reply bytes held for slow readers: 16 replies of 1 MiB. The daemon's RSS can grow by
+#: this plus one reply per worker waiting to hand its reply over.
+DAEMON_MAX_UNSENT_REPLY_BYTES = 16 << 20
+#: SO_SNDBUF: what the kernel queues for one client that does not read (Linux doubles
+#: it). With the library's 256 KiB, 1,000 clients not reading 900 KB replies held 512
+#: MiB of TCP memory; with 64 KiB, a download chunk still goes out in three writes.
+DAEMON_SEND_BUFFER_SIZE = 64 << 10
+#: Bytes per downloadChunk reply: Storm's upload chunk size, so that a reply fits the
+#: 1 MiB frame limit Storm's own clients read with (nimbus.thrift.max_buffer_size).
+DEFAULT_DOWNLOAD_CHUNK_BYTES = 307_200
+#: How often expired uploads and downloads are swept.
+DEFAULT_SWEEP_SECS = 30.0
+#: How long a topology's Spark application gets to stop by itself (control file
+#: ``stop``) before it is sent SIGTERM: a graceful stop measured 2-4 s on 2 vCPUs.
+DEFAULT_STOP_GRACE_SECS = 30.0
+#: Relaunches of a crashed topology before it is left failed (a bug in a bolt fails
+#: every time; a lost executor or a full disk usually does not).
+DEFAULT_MAX_RESTARTS = 3
+#: Uploads in progress from one client address: a submit uploads one file, so 32 is
+#: more than any deploy script runs in parallel, and 8 such addresses still fit the
+#: daemon's 256 open uploads (transfers.MAX_OPEN_UPLOADS).
+DEFAULT_MAX_UPLOADS_PER_PEER = 32
+#: Downloads in progress from one client address: a client reads one file at a time;
+#: 64 addresses at this cap still fit the daemon's 4096 (transfers.MAX_DOWNLOADS).
+DEFAULT_MAX_DOWNLOADS_PER_PEER = 64
+#: Bytes of uploads in the inbox, open (acknowledged bytes) and complete together:
+#: 16 uploads of the largest size (max_upload_bytes); topology code is usually KBs.
+DEFAULT_MAX_INBOX_BYTES = 16 * DEFAULT_MAX_UPLOAD_BYTES
+#: Free space a chunk must leave on the inbox's file system: room for SQLite to commit
+#: and checkpoint its WAL and for the logs, so a full inbox cannot stop the daemon
+#: recording state.
+DEFAULT_MIN_FREE_DISK_BYTES = 64 << 20
+
+#: Components (spouts and bolts) in one topology: Storm's largest topologies have a few
+#: hundred; every submit-time check and every listing is linear in this.
+DEFAULT_MAX_COMPONENTS = 1000
+#: Source bytes of one module parsed to check that a component's class exists (a larger
+#: module is accepted unchecked). Parses run in a child process (nimbus/codecheck.py);
+#: this bounds each one's time and memory: 256 KiB of dense source took 0.18 s and
+#: ~110 MB here (900 KiB: 0.77 s and ~370 MB). Topology modules are a few KB.
+DEFAULT_MAX_CODE_PARSE_BYTES = 256 << 10
+#: Source bytes parsed per submit, over distinct modules (each is parsed once): about
+#: 3 s of parsing at worst, in parses of at most 0.2 s each; more is refused.
+DEFAULT_MAX_CODE_PARSE_TOTAL_BYTES = 4 << 20
+#: Topologies one nimbus keeps at once (active, inactive, or killed and not yet
+#: removed): recovery at start and every listing are linear in this, and a Storm
+#: cluster's Nimbus rarely keeps more than a few hundred.
+DEFAULT_MAX_TOPOLOGIES = 500
+#: How long a call waits for its launcher operation before answering anyway (the
+#: outcome then shows in the topology's status): a spark-submit spawns in well under
+#: a second, a stop may take stop_grace_secs + 5 s.
+DEFAULT_LAUNCHER_REPLY_WAIT_SECS = 1.0
+#: Bytes of a Unix socket's path, the terminating NUL excluded: sun_path is 108 bytes
+#: on Linux, and bind() refuses a longer path.
+MAX_UNIX_SOCKET_PATH_BYTES = 107
+#: Storm's ui.port: the HTTP side's default port (also Spark's standalone master UI's:
+#: set ui_port when both run on one machine).
+DEFAULT_UI_PORT = 8080
+#: ui_port's "any free port" (0 is "off", as a port of 0 cannot be asked for).
+UI_PORT_ANY = -1
+
+
+
+class ConfigError(ValueError):
+    """A configuration value is unusable; the message names the key and its source."""
+
+
+#: The sections of docs/configuration.md, in its order.
+LISTENING = "Listening and who may call"
+TOPOLOGIES = "Running topologies"
+LIMITS = "Limits: admission, submit-time checks, transfers"
+SERVER = "The server: workers, memory, deadlines"
+WEB = "The web UI, REST API and /metrics"
+LOGGING = "Logging"
+SECTIONS = (LISTENING, TOPOLOGIES, LIMITS, SERVER, WEB, LOGGING)
+
+#: The declared types of the settings that are not plain scalars.
+PRINCIPALS = tuple[str, ...]
+OPTIONAL_PATH = Path | None
+OPTIONAL_STR = str | None
+PRINCIPAL_MAP = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: what the registry knows of it (see the module's docstring)."""
+
+    name: str                   #: the field, the YAML key
+    kind: Any                   #: the declared type: int, float (seconds), str, bool, Path, ...
+    default: Any                #: the value (computed by default_factory when that is set)
+    doc: str                    #: one line: the flag's help and the docs' meaning
+    section: str                #: where docs/configuration.md lists it
+    default_factory: Callable[[], Any] | None = None
+    flag: str | None = None     #: the daemon's command-line flag (``--workers``), if any
+    minimum: int | None = None  #: lowest allowed value (numbers), inclusive
+    maximum: int | None = None  #: highest allowed value, inclusive
+    between: str = ""           #: how the range reads when not "<minimum> and <maximum>"
+    choices: tuple[str, ...] = ()
+    nonempty: bool = False
+    #: A string naming a path or a command (where, what runs): never shown to users,
+    #: like the settings typed as paths.
+    holds_path: bool = False
+    unit: str = ""              #: bytes, B/s (floats are seconds)
+    default_text: str = ""      #: how the default reads when its value alone does not say
+    details: str = ""           #: docs/configuration.md only: more than the one line
+    #: The flag's value is checked against the bounds by click, before loading.
+    flag_checks_bounds: bool = False
+    check: Callable[[str, Any], None] | None = None     #: a further rule
+
+    @property
+    def env(self) -> str:
+        """The environment variable that sets it."""
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def flag_text(self) -> str:
+        """How an error names a flag value: the CLI's flag, else the name with dashes
+        (a ``flags=`` value given to load_config for a setting the CLI has no flag of)."""
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    def default_value(self) -> Any:
+        """The default (computed now for a default_factory one)."""
+        return self.default_factory() if self.default_factory is not None else self.default
+
+    @property
+    def shown_default(self) -> str:
+        """The default as the flag's help and the docs show it."""
+        if self.default_text:
+            return self.default_text
+        value = self.default
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if value is None or value == ():
+            return "none"
+        if self.kind is float:
+            return f"{value:g} s"
+        if self.unit == "bytes":
+            return _size(value)
+        return f"{value} {self.unit}" if self.unit else str(value)
+
+    def validate(self, value: Any) -> None:
+        """Raise ConfigError, naming the setting, if ``value`` breaks one of its rules."""
+        name = self.name
+        low, high = self.minimum, self.maximum
+        if low is not None and high is not None and not low <= value <= high:
+            between = self.between or f"{low} and {high}"
+            raise ConfigError(f"{name} must be between {between}, not {value}")
+        if low is not None and value < low:
+            raise ConfigError(f"{name} must be at least {self.minimum}, not {value}")
+        # By the declared type, not the value's: NimbusConfig(sweep_secs=0) passes an int.
+        if self.kind is float and not (value > 0 and value != float("inf")):
+            raise ConfigError(f"{name} must be a positive number of seconds, not {value}")
+        if self.choices and value not in self.choices:
+            spelled = ", ".join(self.choices[:-1]) + " or " + self.choices[-1]
+            raise ConfigError(f"{name} must be {spelled}, not {value!r}")
+        if self.nonempty and not value:
+            raise ConfigError(f"{name} must not be empty")
+        if self.check is not None:
+            self.check(name, value)
+        if self.kind is bool and not isinstance(value, bool):
+            raise ConfigError(f"{name} must be true or false, not {value!r}")
+        if self.kind == PRINCIPALS:
+            _check_principals(name, value)
+        if self.kind == PRINCIPAL_MAP:
+            _check_principal_map(name, value)
+        if self.kind == OPTIONAL_PATH and value is not None and not isinstance(value, Path):
+            raise ConfigError(f"{name} must be a path, not {value!r}")
+
+
+def _size(value: int) -> str:
+    """Bytes as the largest binary unit they are a whole number of (256 MiB)."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value and value % size == 0:
+            return f"{value // size} {unit}"
+    return f"{value:,}"
+
+
+#: The key under which a field's metadata holds what :func:`setting` was told.
+_SPEC = "nimbus_thrift.setting"
+
+
+def setting(default: Any = dataclasses.MISSING, *, doc: str, section: str,
+            default_factory: Callable[[], Any] | None = None, **spec: Any) -> Any:
+    """Declare a field of :class:`NimbusConfig` as a setting (the keywords are
+    :class:`Setting`'s; the name and the type come from the field)."""
+    metadata = {_SPEC: dict(spec, doc=doc, section=section, default_factory=default_factory)}
+    if default_factory is not None:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def _check_url(name: str, value: str) -> None:
+    if value and not value.startswith(("http://", "https://")):
+        raise ConfigError(f"{name} must be an http:// or https:// URL, not {value!r}")
+
+
+def _check_cache_dir(name: str, value: str) -> None:
+    if value not in ("", "off") and not Path(value).expanduser().is_absolute():
+        raise ConfigError(f"{name} must be an absolute path, empty or off, not {value!r}")
+
+
+def _check_unix_socket(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise ConfigError(f"{name} must be a path, or empty to turn it off, not {value!r}")
+    size = len(os.fsencode(value))
+    if size > MAX_UNIX_SOCKET_PATH_BYTES:
+        raise ConfigError(f"{name} {value!r} is {size} bytes long; a Unix socket path "
+                          f"may have at most {MAX_UNIX_SOCKET_PATH_BYTES}")
+
+
+def _check_principals(name: str, value: Any) -> None:
+    if not isinstance(value, tuple):
+        raise ConfigError(f"{name} must be a list of principals, not {value!r}")
+    for principal in value:
+        # Names are compared as they are: padding or a control character is a mistake
+        # (a copied line end) that would never match a certificate's CN or a user.
+        if not isinstance(principal, str) or not principal or principal != principal.strip() \
+                or any(unicodedata.category(c).startswith("C") for c in principal):
+            raise ConfigError(f"{name} must list principal names (non-empty, without "
+                              f"surrounding spaces or control characters), not {principal!r}")
+
+
+def _check_principal_map(name: str, value: Any) -> None:
+    if not isinstance(value, tuple) or not all(
+            isinstance(pair, tuple) and len(pair) == 2 for pair in value):
+        raise ConfigError(f"{name} must map principals to OS user names, not {value!r}")
+    _check_principals(name, tuple(principal for principal, _ in value))
+    for principal, user in value:
+        if not isinstance(user, str) or not user or user != user.strip() or \
+                any(unicodedata.category(c).startswith("C") or c in "/:" for c in user):
+            raise ConfigError(f"{name} must map {principal!r} to an OS user name, "
+                              f"not {user!r}")
+
+
+def _check_tls(config: NimbusConfig) -> None:
+    """The TLS files go together and must be readable files."""
+    cert, key, ca = config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file
+    if (cert is None) != (key is None):
+        given, missing = ("tls_cert_file", "tls_key_file") if cert is not None \
+            else ("tls_key_file", "tls_cert_file")
+        raise ConfigError(f"{given} is set but {missing} is not: the daemon's certificate "
+                          "and its private key go together")
+    if ca is not None and cert is None:
+        raise ConfigError("tls_client_ca_file needs tls_cert_file and tls_key_file as well: "
+                          "clients check the daemon's certificate before they show theirs")
+    for name, path in (("tls_cert_file", cert), ("tls_key_file", key),
+                       ("tls_client_ca_file", ca)):
+        if path is None:
+            continue
+        try:
+            with open(path, "rb") as f:     # what the daemon's user can read, root or not
+                f.read(1)
+        except OSError as exc:
+            raise ConfigError(f"{name} {str(path)!r} cannot be read: "
+                              f"{exc.strerror or exc}") from None
+
+
+_SEE_LIMITS = "See [Limits](../README.md#limits)."
+_SERVER_OPTIONS = "As for the server library ([Options](../README.md#options))."
+
+
+@dataclass(frozen=True)
+class NimbusConfig:
+    """The daemon's configuration, validated, frozen; each field is a setting of the
+    registry (:data:`SETTINGS`). Build it with :func:`.config.load_config`."""
+
+    host: str = setting(
+        "127.0.0.1", flag="--host", nonempty=True, section=LISTENING,
+        doc="Address to listen on; a non-loopback one needs mutual TLS or insecure.")
+    port: int = setting(
+        NIMBUS_PORT, flag="--port", minimum=0, maximum=65535, section=LISTENING,
+        doc="TCP port to listen on (Storm's nimbus.thrift.port); 0 takes any free port.")
+    data_dir: Path = setting(
+        default_factory=default_data_dir, flag="--data-dir", section=LISTENING,
+        default_text="~/.local/share/nimbus-thrift ($XDG_DATA_HOME)",
+        doc="State database, uploads and work directories.")
+    worker_threads: int = setting(
+        DEFAULT_WORKER_THREADS, flag="--workers", minimum=1, section=SERVER,
+        doc="RPC worker threads (Storm's nimbus.thrift.threads).")
+    max_frame_size: int = setting(
+        STORM_MAX_FRAME_SIZE, flag="--max-frame-size", minimum=64, unit="bytes",
+        section=SERVER, default_text="1 MiB (1,048,576)",
+        doc="Largest request frame (Storm's nimbus.thrift.max_buffer_size).",
+        details="Not the library's 16 MB: upload chunks are 300 KiB, so a stray client "
+                "cannot make the daemon buffer 16 MB per connection.")
+    max_read_buffer_bytes: int = setting(
+        DAEMON_MAX_READ_BUFFER_BYTES, minimum=64, unit="bytes", section=SERVER,
+        doc="Bytes of frames being read, all clients together (the read budget).",
+        details="Tighter than the library's 256 MiB. " + _SEE_LIMITS)
+    max_read_buffer_bytes_per_peer: int = setting(
+        0, minimum=0, unit="bytes", section=SERVER,
+        default_text="0: a quarter of max_read_buffer_bytes (16 MiB), at least one "
+                     "max_frame_size",
+        doc="Bytes one client address's frames may declare at once.",
+        details=_SEE_LIMITS)
+    max_connections: int = setting(
+        DEFAULT_MAX_CONNECTIONS, minimum=1, section=SERVER,
+        doc="Open connections.", details=_SERVER_OPTIONS)
+    idle_timeout: float = setting(
+        DEFAULT_IDLE_TIMEOUT, section=SERVER,
+        doc="A connection idle this long between requests is closed.",
+        details=_SERVER_OPTIONS)
+    frame_read_timeout: float = setting(
+        DEFAULT_FRAME_READ_TIMEOUT, section=SERVER,
+        doc="A frame must arrive whole within this, from its first byte.",
+        details=_SERVER_OPTIONS)
+    first_request_timeout: float = setting(
+        DEFAULT_FIRST_REQUEST_TIMEOUT, section=SERVER,
+        doc="A new connection must deliver its first request within this.",
+        details=_SERVER_OPTIONS)
+    min_frame_rate: int = setting(
+        DEFAULT_MIN_FRAME_RATE, minimum=1, unit="B/s", section=SERVER,
+        doc="A frame arriving slower than this (after 10 s) closes its connection.",
+        details=_SERVER_OPTIONS)
+    park_timeout: float = setting(
+        DEFAULT_PARK_TIMEOUT, section=SERVER,
+        doc="A frame waits this long at most for read-buffer memory.",
+        details=_SERVER_OPTIONS)
+    write_timeout: float = setting(
+        DEFAULT_WRITE_TIMEOUT, section=SERVER,
+        doc="A client must take a reply within this.", details=_SERVER_OPTIONS)
+    max_connections_per_peer: int = setting(
+        0, minimum=0, section=SERVER,
+        default_text="0: a quarter of max_connections",
+        doc="Connections one client address may hold.", details=_SERVER_OPTIONS)
+    max_unsent_reply_bytes: int = setting(
+        DAEMON_MAX_UNSENT_REPLY_BYTES, minimum=1, unit="bytes", section=SERVER,
+        doc="Reply bytes held for clients that do not read them, all connections together.",
+        details="Tighter than the library's 64 MiB. " + _SEE_LIMITS)
+    send_buffer_size: int = setting(
+        DAEMON_SEND_BUFFER_SIZE, minimum=0, unit="bytes", section=SERVER,
+        doc="SO_SNDBUF of accepted sockets; 0 leaves it to the kernel's autotuning.",
+        details="Tighter than the library's 256 KiB. " + _SEE_LIMITS)
+    decoded_size_factor: int = setting(
+        DEFAULT_DECODED_SIZE_FACTOR, minimum=1, section=SERVER,
+        doc="A request may decode into at most this many times its frame's bytes.",
+        details=_SERVER_OPTIONS)
+    max_upload_bytes: int = setting(
+        DEFAULT_MAX_UPLOAD_BYTES, flag="--max-upload-bytes", minimum=1, unit="bytes",
+        section=LIMITS, doc="Largest code upload (and blob).")
+    file_copy_expiration_secs: float = setting(
+        DEFAULT_FILE_COPY_EXPIRATION_SECS, section=LIMITS,
+        doc="An upload or download idle this long is dropped (Storm's "
+            "nimbus.file.copy.expiration.secs).")
+    upload_retention_secs: float = setting(
+        DEFAULT_UPLOAD_RETENTION_SECS, section=LIMITS,
+        doc="A finished upload no topology uses is deleted after this.")
+    download_chunk_bytes: int = setting(
+        DEFAULT_DOWNLOAD_CHUNK_BYTES, minimum=1, unit="bytes", section=LIMITS,
+        doc="Bytes per downloadChunk reply (it must fit Storm clients' 1 MiB frames).")
+    sweep_secs: float = setting(
+        DEFAULT_SWEEP_SECS, section=LIMITS,
+        doc="How often expired uploads and downloads are swept.")
+    launcher: str = setting(
+        "spark", flag="--launcher", nonempty=True, section=TOPOLOGIES,
+        doc="What runs topologies: spark, none (store and control them, run nothing) "
+            "or module:factory.")
+    spark_master: str = setting(
+        "local[*]", flag="--spark-master", nonempty=True, section=TOPOLOGIES,
+        doc="Where topologies run: local[*] (every core here), local[N] or "
+            "spark://host:port.")
+    spark_submit: str = setting(
+        "", holds_path=True, section=TOPOLOGIES,
+        default_text="$SPARK_HOME/bin/spark-submit of the PySpark installed with the daemon",
+        doc="The spark-submit to run instead, as a path or a command line.")
+    spark_master_ui: str = setting(
+        "", check=_check_url, section=TOPOLOGIES,
+        default_text="port 8080 on the host of spark_master",
+        doc="A standalone master's web UI (http://host:8080), read for getClusterInfo's "
+            "supervisors.")
+    spark_cache_dir: str = setting(
+        "", holds_path=True, check=_check_cache_dir, section=TOPOLOGIES,
+        default_text="~/.cache/nimbus-thrift ($XDG_CACHE_HOME); none with a custom "
+                     "spark_submit",
+        doc="What makes topologies start sooner, made once per Java and Spark installation; "
+            "off for neither.",
+        details="A symlink mirror of Spark home without the zipped PySpark and the driver "
+                "JVM's class data sharing archive (about 200 MB); with off, each topology "
+                "starts 5-10 s later.")
+    restart_failed: bool = setting(
+        True, section=TOPOLOGIES,
+        doc="Relaunch a topology whose Spark application failed, from its checkpoint.",
+        details="At most max_restarts times in a row, with back-off (5 s ×4 per try).")
+    max_restarts: int = setting(
+        DEFAULT_MAX_RESTARTS, minimum=0, section=TOPOLOGIES,
+        doc="Relaunches in a row before a failing topology is left failed.")
+    stop_grace_secs: float = setting(
+        DEFAULT_STOP_GRACE_SECS, section=TOPOLOGIES,
+        doc="A stopping topology's time to finish its batch before SIGTERM (SIGKILL 5 s "
+            "later).")
+    max_uploads_per_peer: int = setting(
+        DEFAULT_MAX_UPLOADS_PER_PEER, minimum=1, section=LIMITS,
+        doc="Uploads in progress from one client address.",
+        details="Counted apart for code and for blobs. " + _SEE_LIMITS)
+    max_downloads_per_peer: int = setting(
+        DEFAULT_MAX_DOWNLOADS_PER_PEER, minimum=1, section=LIMITS,
+        doc="Downloads in progress from one client address.",
+        details="Counted apart for code and for blobs. " + _SEE_LIMITS)
+    max_inbox_bytes: int = setting(
+        DEFAULT_MAX_INBOX_BYTES, minimum=1, unit="bytes", section=LIMITS,
+        doc="Bytes all uploads in the inbox may hold, in progress and complete together.",
+        details="Code uploads and blobs together. " + _SEE_LIMITS)
+    min_free_disk_bytes: int = setting(
+        DEFAULT_MIN_FREE_DISK_BYTES, minimum=0, unit="bytes", section=LIMITS,
+        doc="A chunk is refused when storing it would leave less free disk than this.",
+        details=_SEE_LIMITS)
+    max_components: int = setting(
+        DEFAULT_MAX_COMPONENTS, minimum=1, section=LIMITS,
+        doc="Components (spouts plus bolts) one topology may have.", details=_SEE_LIMITS)
+    max_code_parse_bytes: int = setting(
+        DEFAULT_MAX_CODE_PARSE_BYTES, minimum=1, unit="bytes", section=LIMITS,
+        doc="A module larger than this is not parsed at submit (its class is not checked).",
+        details=_SEE_LIMITS)
+    max_code_parse_total_bytes: int = setting(
+        DEFAULT_MAX_CODE_PARSE_TOTAL_BYTES, minimum=1, unit="bytes", section=LIMITS,
+        doc="Source parsed per submit at most; a topology needing more is refused.",
+        details=_SEE_LIMITS)
+    max_topologies: int = setting(
+        DEFAULT_MAX_TOPOLOGIES, minimum=1, section=LIMITS,
+        doc="Topologies kept at once; a submit beyond it is refused.", details=_SEE_LIMITS)
+    spark_memory_budget: int = setting(
+        0, minimum=0, unit="bytes", section=LIMITS,
+        default_text="0: 80 % of the machine's memory",
+        doc="Memory topologies may take together (each driver's heap and its process); "
+            "a submit past it is refused.",
+        details=_SEE_LIMITS)
+    standby_drivers: int = setting(
+        -1, minimum=-1, section=TOPOLOGIES,
+        default_text="-1: 1 on a local master with PySpark's own spark-submit, else 0",
+        doc="Idle Spark applications kept warmed up for submits without spark.* settings "
+            "of their own; 0 turns them off.",
+        details="A submit whose Spark settings match takes one and shows its first output "
+                "in about 3 s instead of about 12 s ([standby drivers]"
+                "(../README.md#topologies-on-spark)); on spark:// set it explicitly "
+                "(a standby holds cluster cores).")
+    standby_memory: int = setting(
+        0, minimum=0, unit="bytes", section=TOPOLOGIES,
+        default_text="0: what standby_drivers default-sized drivers take (1.7 GiB each)",
+        doc="Memory standby drivers may hold together, within spark_memory_budget.",
+        details="They only take what topologies leave of spark_memory_budget (a cold start "
+                "stops one to make room).")
+    launcher_reply_wait_secs: float = setting(
+        DEFAULT_LAUNCHER_REPLY_WAIT_SECS, section=TOPOLOGIES,
+        doc="How long a call waits for its launcher operation before answering (it then "
+            "runs on).",
+        details="The outcome then shows in the topology's sched_status and errors.")
+    log_level: str = setting(
+        "info", flag="--log-level", choices=("debug", "info", "warning", "error"),
+        section=LOGGING, doc="The lowest level logged.")
+    log_format: str = setting(
+        "auto", flag="--log-format", choices=("auto", "console", "json"),
+        section=LOGGING, doc="auto: console on a terminal, JSON otherwise.")
+    admins: tuple[str, ...] = setting(
+        (), section=LISTENING,
+        doc="Principals allowed everything (Storm's nimbus.admins).",
+        details="A YAML list, comma-separated in the environment.")
+    users: tuple[str, ...] = setting(
+        (), section=LISTENING, default_text="none: the daemon's own OS user",
+        doc="Principals allowed to use the service at all (Storm's nimbus.users); with "
+            "none, only the daemon's own OS user and the admins.",
+        details="Submit, upload and the cluster-wide reads. A YAML list, comma-separated "
+                "in the environment.")
+    tls_cert_file: Path | None = setting(
+        None, flag="--tls-cert", section=LISTENING,
+        doc="The daemon's certificate (PEM, its chain after it); with tls_key_file the "
+            "TCP port speaks TLS only.",
+        details="TLS 1.2 or later.")
+    tls_key_file: Path | None = setting(
+        None, flag="--tls-key", section=LISTENING,
+        doc="The private key of tls_cert_file (PEM, unencrypted).")
+    tls_client_ca_file: Path | None = setting(
+        None, flag="--tls-client-ca", section=LISTENING,
+        doc="CA certificates (PEM): every TCP client must present a certificate one "
+            "signed; its CN is the caller's principal.")
+    insecure: bool = setting(
+        False, flag="--insecure", section=LISTENING,
+        doc="Allow a non-loopback host without mutual TLS (every TCP client from another "
+            "machine is then anonymous).")
+    unix_socket: str | None = setting(
+        None, flag="--unix-socket", holds_path=True, check=_check_unix_socket,
+        section=LISTENING, default_text=f"<data_dir>/{UNIX_SOCKET_NAME}",
+        doc="Unix socket for local users, whose OS user is their principal; empty "
+            "turns it off.",
+        details="The default data directory is 0700: see [team.md](team.md) to share it.")
+    ui_port: int = setting(
+        DEFAULT_UI_PORT, flag="--ui-port", minimum=UI_PORT_ANY, maximum=65535,
+        between="0 (off) and 65535, or -1 (any free port)", flag_checks_bounds=True,
+        section=WEB, default_text=f"{DEFAULT_UI_PORT} (Storm's ui.port)",
+        doc="Port of the web page, Storm UI's REST API and /metrics; 0 turns them off, "
+            "-1 takes any free port.",
+        details="With -1 the URL is printed and logged; a port in use stops the daemon "
+                "with one sentence. Spark's standalone master UI also defaults to 8080: "
+                "on one machine, set one of them. See [Watching it](../README.md"
+                "#watching-it-the-web-page-storms-rest-api-prometheus).")
+    ui_host: str = setting(
+        "", section=WEB, default_text="the same as host",
+        doc="The HTTP side's address; not loopback needs mutual TLS or insecure, as "
+            "for host.")
+    allow_anonymous: bool = setting(
+        False, flag="--allow-anonymous", section=LISTENING,
+        doc="Let anonymous (plain TCP from another machine under insecure, a certificate "
+            "without a CN) in, as a user; otherwise it may call nothing.")
+    run_as_user: bool = setting(
+        False, flag="--run-as-user", section=LISTENING,
+        default_text="false: topologies run as the daemon's user",
+        doc="Run each topology as its owner's OS user (Storm's "
+            "supervisor.run.worker.as.user); needs a daemon running as root.",
+        details="And an install other users can read: see [team.md](team.md"
+                "#run_as_user-each-topology-as-its-owners-os-user).")
+    principal_users: tuple[tuple[str, str], ...] = setting(
+        (), section=LISTENING, default_text="none: a principal's own name",
+        doc="With run_as_user, the OS user each certificate principal's topologies run as.",
+        details="A YAML mapping; CN=user pairs, comma-separated, in the environment.")
+
+    def __post_init__(self) -> None:
+        for name, declared in SETTINGS.items():
+            declared.validate(getattr(self, name))
+        _check_tls(self)
+
+    def unix_socket_path(self) -> Path | None:
+        """Where the daemon's Unix socket is (None: turned off)."""
+        if self.unix_socket is None:
+            return self.data_dir / UNIX_SOCKET_NAME
+        return Path(self.unix_socket) if self.unix_socket else None
+
+    @property
+    def ui_bind_host(self) -> str:
+        """The address the HTTP side listens on: ``ui_host``, else ``host``."""
+        return self.ui_host or self.host
+
+    @property
+    def mutual_tls(self) -> bool:
+        """True when every TCP client must present a certificate the daemon checks."""
+        return self.tls_cert_file is not None and self.tls_client_ca_file is not None
+
+
+def _registry() -> dict[str, Setting]:
+    kinds = typing.get_type_hints(NimbusConfig)
+    found = {}
+    for field in dataclasses.fields(NimbusConfig):
+        spec = dict(field.metadata[_SPEC])
+        default = None if field.default is dataclasses.MISSING else field.default
+        found[field.name] = Setting(name=field.name, kind=kinds[field.name],
+                                    default=default, **spec)
+    return found
+
+
+#: Every setting, in NimbusConfig's order: name -> Setting.
+SETTINGS: dict[str, Setting] = _registry()
