@@ -39,6 +39,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import fields
 from types import ModuleType
 from typing import Any
 
@@ -62,6 +63,9 @@ __all__ = ["DEFAULT_MAX_FRAME_SIZE", "NimbusClient", "nimbus_idl"]
 log = structlog.get_logger(__name__)
 
 _MAX_SEQID = 0x7FFFFFFF
+#: The keyword arguments NimbusClient passes on to ClientOptions.
+_SETTINGS = frozenset(f.name for f in fields(ClientOptions)
+                      if f.init and f.name not in ("host", "port"))
 
 
 def _option(name: str, doc: str) -> Any:
@@ -112,6 +116,10 @@ class NimbusClient:
                 used, or settings that exclude each other, in a sentence naming it.
             TypeError: an argument that is not a setting.
         """
+        for name in settings.keys() - _SETTINGS:
+            # Python's own sentence, naming the class the caller called.
+            raise TypeError(f"NimbusClient.__init__() got an unexpected keyword argument "
+                            f"{name!r}")
         self.options = ClientOptions(host=host, port=port, **settings)
         self._transport = FramedTransport(self.options)
         self._closed = False
@@ -343,7 +351,7 @@ class NimbusClient:
 
     # ----------------------------------------------------------------- the IDL
     # One method per Nimbus method, in IDL order, with the IDL's argument names; a
-    # test checks they are the IDL's (tests/sockets/test_nimbus_client.py).
+    # test checks they are the IDL's (tests/unit/client/test_client_calls.py).
 
     def submitTopology(self, name: str, uploadedJarLocation: str, jsonConf: str,
                        topology: Any) -> None:
