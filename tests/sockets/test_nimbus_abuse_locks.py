@@ -15,7 +15,7 @@ import pytest
 from support.nimbus import BlockingLauncher, make_zip, port_of, wordcount
 from nimbus_thrift.client.client import NimbusClient
 from nimbus_thrift.nimbus import NimbusDaemon, load_config
-from nimbus_thrift.nimbus.service import handler as handler_module
+from nimbus_thrift.nimbus.service import topologies as handler_module
 
 #: How long the slow thing is stuck; a read must come back well within it.
 STUCK_SECS = 5.0

@@ -24,7 +24,7 @@ I32_MIN = -2**31
 
 
 @dataclass(frozen=True)
-class Counts:
+class SummaryCounts:
     """What a summary shows of a row, checked; ``problems`` says what was clamped."""
 
     num_workers: int
@@ -59,20 +59,20 @@ def _sum_counts(what: str, text: Any, problems: list[str]) -> int:
     return fit_i32(f"{what} total", sum(counts.values()), problems)
 
 
-class CountsCache:
-    """Counts per topology id, keyed by the stored text they were computed from."""
+class SummaryCountsCache:
+    """Summary counts per topology id, keyed by the stored text they were computed from."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._cache: dict[Any, tuple[Any, Any, Any, Counts]] = {}
+        self._cache: dict[Any, tuple[Any, Any, Any, SummaryCounts]] = {}
 
-    def counts(self, row: TopologyListing) -> Counts:
+    def counts(self, row: TopologyListing) -> SummaryCounts:
         with self._lock:
             hit = self._cache.get(row.id)
         if hit is not None and hit[:3] == (row.num_workers, row.executors, row.tasks):
             return hit[3]
         problems: list[str] = []
-        counts = Counts(fit_i32("num_workers", row.num_workers, problems),
+        counts = SummaryCounts(fit_i32("num_workers", row.num_workers, problems),
                         _sum_counts("executors", row.executors, problems),
                         _sum_counts("tasks", row.tasks, problems), tuple(problems))
         with self._lock:

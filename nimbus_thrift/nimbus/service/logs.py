@@ -1,6 +1,6 @@
 """The Nimbus service's run-time settings of a topology: ``setLogConfig`` and
 ``getLogConfig`` (named loggers' levels, Storm's ``LogConfig``) and ``debug`` (a sample
-of a component's tuples logged). A base of the handler.
+of a component's tuples logged).
 
 The daemon keeps them in the topology's work directory as ``settings.json``
 (:class:`~nimbus_thrift.runner.rundir.RunSettings`), the file the topology's runner
@@ -26,19 +26,21 @@ which (:func:`.wire_errors.storm_errors`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import structlog
 
 from ...runner.rundir import (ALL_COMPONENTS, LEVEL_NAMES, ROOT_LOGGER, LoggerSetting,
                              RunDir, RunSettings, Sampling)
-from ..state.locks import KeyedLocks
+from ..security.authz import Authorizer
 from ..security.runas import as_owner_of
-from .queries import NimbusQueries
-from ..state.store import TopologyRecord
+from ..state.locks import KeyedLocks
+from ..state.store import Store, TopologyRecord
+from .access import Access, acl_of
 from .wire_errors import InvalidOption, storm_errors
 
 log = structlog.get_logger(__name__)
@@ -72,31 +74,50 @@ def debug_options(idl: Any, settings: RunSettings, component: str = ALL_COMPONEN
     return idl.DebugOptions(enable=sampling.enable, samplingpct=sampling.percent)
 
 
-class LogCalls(NimbusQueries):
-    """setLogConfig, getLogConfig and debug (state from the handler's ``__init__``)."""
+class LogCalls:
+    """setLogConfig, getLogConfig and debug.
 
-    _locks: KeyedLocks
+    Args:
+        idl: the loaded IDL module.
+        access: the gate.
+        authz: who may call what.
+        store: the daemon's state.
+        locks: the topologies' locks (a settings file is changed under its
+            topology's, so a removal cannot delete the directory meanwhile).
+        topologies_dir: the topologies' work directories, where the settings are.
+        clock: epoch seconds (when a log level's reset is due).
+    """
+
+    def __init__(self, idl: ModuleType, access: Access, authz: Authorizer, store: Store,
+                 locks: KeyedLocks, topologies_dir: Path, clock: Callable[[], float]):
+        self.idl = idl
+        self._access = access
+        self._authz = authz
+        self._store = store
+        self._locks = locks
+        self._topologies_dir = topologies_dir
+        self._clock = clock
 
     @storm_errors
     def setLogConfig(self, name: str, config: Any) -> None:
-        with self._gate("setLogConfig", topology=name) as call:
+        with self._access.gate("setLogConfig", topology=name) as call:
             rec = self._topology_of(name)
             call.subject["topology_id"] = rec.id
-            self.authz.check(call, self._acl(rec))
+            self._authz.check(call, acl_of(rec))
             loggers = getattr(config, "named_logger_level", None) or {}
             with self._settings_of(rec) as (run_dir, settings):
-                merged = merge_log_config(self.idl, settings.loggers, loggers, self.clock())
+                merged = merge_log_config(self.idl, settings.loggers, loggers, self._clock())
                 run_dir.write_settings(RunSettings(merged, settings.sampling))
             log.info("log_config_set", topology=rec.id,
                      loggers={k: v.level for k, v in merged.items()})
 
     @storm_errors
     def getLogConfig(self, name: str) -> Any:
-        with self._gate("getLogConfig", topology=name) as call:
+        with self._access.gate("getLogConfig", topology=name) as call:
             rec = self._topology_of(name)
             call.subject["topology_id"] = rec.id
-            self.authz.check(call, self._acl(rec))
-            settings = settings_of(self.topologies_dir, rec.id)
+            self._authz.check(call, acl_of(rec))
+            settings = settings_of(self._topologies_dir, rec.id)
             return self.idl.LogConfig(named_logger_level={
                 logger: self._log_level(setting)
                 for logger, setting in settings.loggers.items()})
@@ -104,10 +125,10 @@ class LogCalls(NimbusQueries):
     @storm_errors
     def debug(self, name: str, component: str, enable: bool,
               samplingPercentage: float) -> None:
-        with self._gate("debug", topology=name, component=component) as call:
+        with self._access.gate("debug", topology=name, component=component) as call:
             rec = self._topology_of(name)
             call.subject["topology_id"] = rec.id
-            self.authz.check(call, self._acl(rec))
+            self._authz.check(call, acl_of(rec))
             key = component or ALL_COMPONENTS
             if key != ALL_COMPONENTS and key not in rec.tasks:
                 raise self.idl.NotAliveException(
@@ -132,7 +153,7 @@ class LogCalls(NimbusQueries):
         (what ``debug`` takes) is ``name_or_id``."""
         rec = None
         if isinstance(name_or_id, str):
-            rec = self.store.topology(name_or_id) or self.store.topology_named(name_or_id)
+            rec = self._store.topology(name_or_id) or self._store.topology_named(name_or_id)
         if rec is None:
             raise self.idl.NotAliveException(
                 msg=f"no topology with id or name {name_or_id!r}")
@@ -142,10 +163,10 @@ class LogCalls(NimbusQueries):
     def _settings_of(self, rec: TopologyRecord) -> Iterator[tuple[RunDir, RunSettings]]:
         """Hold the topology's lock; yield its work directory and settings as of now
         (the directory is still there: a removal deletes it under the same lock)."""
-        run_dir = RunDir(self.topologies_dir / rec.id)
+        run_dir = RunDir(self._topologies_dir / rec.id)
         with ExitStack() as held:
             held.enter_context(self._locks.hold(rec.id))
-            if self.store.topology(rec.id) is None or not run_dir.root.is_dir():
+            if self._store.topology(rec.id) is None or not run_dir.root.is_dir():
                 raise self.idl.NotAliveException(
                     msg=f"topology {rec.name!r} ({rec.id}) is being removed")
             # Read and written as the work directory's owner (runas.py): the topology

@@ -1,9 +1,8 @@
 """The Nimbus service's page-info calls, what Storm's UI and REST API show:
-``getTopologyPageInfo``, ``getComponentPageInfo`` and ``getSupervisorPageInfo``. A base
-of the handler.
+``getTopologyPageInfo``, ``getComponentPageInfo`` and ``getSupervisorPageInfo``.
 
 Figures per window come from the daemon's time series of what the runner reports
-(:mod:`.timeseries`), sampled every :data:`~.timeseries.SAMPLE_SECS` by the handler's
+(:mod:`.timeseries`), sampled every :data:`~.timeseries.SAMPLE_SECS` by the daemon's
 sampler thread (:meth:`PageCalls.sample_figures`) and by each query for its topology,
 so a query's ``:all-time`` figures are the ones ``getTopologyInfo`` shows at that
 moment.
@@ -38,15 +37,19 @@ consumers) on Spark.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from ...runner.rundir import ALL_COMPONENTS
 from ...topology.validate import task_ranges
-from ..security.authz import Call
-from ..launcher import RunStatus, WorkerNode
+from ..launcher import Launcher, RunStatus, WorkerNode
+from ..security.authz import Authorizer
+from ..state.store import Store, TopologyRecord
+from .access import Access
+from .infos import ALL_TIME, CODE_REPLICATION, Infos
 from .logs import debug_options, settings_of
-from .queries import ALL_TIME, CODE_REPLICATION, NimbusQueries
-from ..state.store import TopologyRecord
 from ..state.timeseries import TimeSeries, WindowStats
 from .wire_errors import InvalidOption, storm_errors
 
@@ -71,45 +74,67 @@ def window_seconds(window: Any) -> float | None:
                         f"seconds (Storm's windows: {', '.join(WINDOWS)})")
 
 
-class PageCalls(NimbusQueries):
-    """The page-info IDL methods (state from the handler's ``__init__``: ``figures``,
-    a :class:`~.timeseries.TimeSeries`)."""
+class PageCalls:
+    """The page-info IDL methods, and the sampling of the time series they read.
 
-    figures: TimeSeries
+    Args:
+        idl: the loaded IDL module.
+        access: the gate and the topology lookups.
+        authz: who may call what.
+        store: the daemon's state.
+        launcher: asked for the cluster's nodes.
+        infos: the topologies' structures and run status, the daemon's address.
+        figures: each topology's component stats over time (what the windows show).
+        topologies_dir: the topologies' work directories (their debug settings).
+        clock: epoch seconds.
+    """
+
+    def __init__(self, idl: ModuleType, access: Access, authz: Authorizer, store: Store,
+                 launcher: Launcher, infos: Infos, figures: TimeSeries,
+                 topologies_dir: Path, clock: Callable[[], float]):
+        self.idl = idl
+        self._access = access
+        self._authz = authz
+        self._store = store
+        self._launcher = launcher
+        self._infos = infos
+        self._figures = figures
+        self._topologies_dir = topologies_dir
+        self._clock = clock
 
     # --- sampling ---------------------------------------------------------------------
     def sample_figures(self) -> None:
         """Sample every topology's figures into the time series, and forget removed
-        topologies' (the handler's sampler thread calls this every SAMPLE_SECS)."""
-        ids = self.store.topology_ids()
+        topologies' (the daemon's sampler thread calls this every SAMPLE_SECS)."""
+        ids = self._store.topology_ids()
         for topology_id in ids:
             self._sample_one(topology_id)
-        self.figures.keep_only(set(ids))
+        self._figures.keep_only(set(ids))
 
     def _sample_one(self, topology_id: str) -> RunStatus:
-        run = self.run_status(topology_id)
+        run = self._infos.run_status(topology_id)
         if run.components:
             # A launcher that does not know when the run started gives no run key:
             # all its samples are one run.
-            self.figures.record(topology_id, self.clock(),
-                                run.started_at if run.started_at is not None
-                                else float("-inf"), run.components)
+            self._figures.record(topology_id, self._clock(),
+                                 run.started_at if run.started_at is not None
+                                 else float("-inf"), run.components)
         return run
 
     # --- the IDL methods --------------------------------------------------------------
     @storm_errors
     def getTopologyPageInfo(self, id: str, window: str, is_include_sys: bool) -> Any:
-        with self._gate("getTopologyPageInfo", topology=id) as call:
-            rec = self._readable(call, id)
+        with self._access.gate("getTopologyPageInfo", topology=id) as call:
+            rec = self._access.permitted(call, id)
             seconds = window_seconds(window)
             return self._topology_page(rec, seconds)
 
     @storm_errors
     def getComponentPageInfo(self, topology_id: str, component_id: str, window: str,
                              is_include_sys: bool) -> Any:
-        with self._gate("getComponentPageInfo", topology=topology_id,
-                        component=component_id) as call:
-            rec = self._readable(call, topology_id)
+        with self._access.gate("getComponentPageInfo", topology=topology_id,
+                               component=component_id) as call:
+            rec = self._access.permitted(call, topology_id)
             seconds = window_seconds(window)
             if not isinstance(component_id, str) or component_id not in rec.tasks:
                 raise self.idl.NotAliveException(
@@ -119,24 +144,25 @@ class PageCalls(NimbusQueries):
 
     @storm_errors
     def getSupervisorPageInfo(self, id: str, host: str, is_include_sys: bool) -> Any:
-        with self._gate("getSupervisorPageInfo", supervisor=id, host=host) as call:
-            self.authz.check(call)
-            nodes = self.launcher.nodes()
+        with self._access.gate("getSupervisorPageInfo", supervisor=id, host=host) as call:
+            self._authz.check(call)
+            nodes = self._launcher.nodes()
             if id:
                 nodes = [n for n in nodes if n.node_id == id]
                 if not nodes:
                     raise self.idl.NotAliveException(msg=f"no Spark worker with id {id!r}")
             else:
                 nodes = [n for n in nodes if n.host == host]
-            now = self.clock()
+            now = self._clock()
             workers = []
             for node in nodes:
                 for topology_id in node.topologies:
-                    rec = self.store.topology(topology_id)
+                    rec = self._store.topology(topology_id)
                     if rec is not None:
-                        run = self.run_status(rec.id)
+                        run = self._infos.run_status(rec.id)
+                        details = self._access.may_read(call, rec)
                         workers.append(self._worker_summary(rec, run, node, now,
-                                                    details=self._may_read(call, rec)))
+                                                            details=details))
             return self.idl.SupervisorPageInfo(
                 supervisor_summaries=[self._supervisor_summary(n, now) for n in nodes],
                 worker_summaries=workers)
@@ -145,9 +171,9 @@ class PageCalls(NimbusQueries):
     def _topology_page(self, rec: TopologyRecord, seconds: float | None) -> Any:
         idl = self.idl
         run = self._sample_one(rec.id)
-        now = self.clock()
-        spouts = self._spouts(rec)
-        figures = self.figures.window(rec.id, seconds)
+        now = self._clock()
+        spouts = self._infos.spouts(rec)
+        figures = self._figures.window(rec.id, seconds)
         errors = self._page_errors(rec, run)
         by_kind: dict[bool, dict[str, Any]] = {True: {}, False: {}}
         for component in sorted(rec.tasks):
@@ -155,7 +181,7 @@ class PageCalls(NimbusQueries):
             by_kind[spout][component] = self._aggregate_stats(
                 rec, component, spout, figures.get(component),
                 last_error=errors.get(component, [None])[-1])
-        settings = settings_of(self.topologies_dir, rec.id)
+        settings = settings_of(self._topologies_dir, rec.id)
         node = self._node_of(rec.id) if run.assigned else None
         return idl.TopologyPageInfo(
             id=rec.id, name=rec.name, uptime_secs=_i32(now - rec.submitted_at),
@@ -168,21 +194,21 @@ class PageCalls(NimbusQueries):
             owner=rec.owner, debug_options=debug_options(idl, settings, ALL_COMPONENTS),
             replication_count=CODE_REPLICATION,
             workers=[self._worker_summary(rec, run, node, now)] if run.assigned else [],
-            storm_version=getattr(self._topology_struct(rec), "storm_version", None))
+            storm_version=getattr(self._infos.structure(rec), "storm_version", None))
 
     def _component_page(self, rec: TopologyRecord, component: str,
                         seconds: float | None) -> Any:
         idl = self.idl
         run = self._sample_one(rec.id)
-        spout = component in self._spouts(rec)
+        spout = component in self._infos.spouts(rec)
         errors = self._page_errors(rec, run).get(component, [])
         last = errors[-1] if errors else None
         windows = {key: self._aggregate_stats(rec, component, spout,
-                                        self.figures.window(rec.id, window_seconds(key))
+                                        self._figures.window(rec.id, window_seconds(key))
                                         .get(component), last_error=last)
                    for key in WINDOWS}
-        figures = self.figures.window(rec.id, seconds).get(component)
-        settings = settings_of(self.topologies_dir, rec.id)
+        figures = self._figures.window(rec.id, seconds).get(component)
+        settings = settings_of(self._topologies_dir, rec.id)
         return idl.ComponentPageInfo(
             component_id=component,
             component_type=idl.ComponentType.SPOUT if spout else idl.ComponentType.BOLT,
@@ -229,7 +255,7 @@ class PageCalls(NimbusQueries):
         emitted: dict[str, int] = {}
         latencies: dict[str, float] = {}
         for key in WINDOWS:
-            figures = self.figures.window(rec.id, window_seconds(key))
+            figures = self._figures.window(rec.id, window_seconds(key))
             if not figures:
                 continue
             emitted[key] = sum(f.emitted for f in figures.values())
@@ -243,7 +269,7 @@ class PageCalls(NimbusQueries):
     def _input_stats(self, rec: TopologyRecord, component: str,
                      figures: WindowStats | None) -> Any:
         """A bolt's figures by input stream: known only when it has one input."""
-        inputs = self._inputs(rec, component)
+        inputs = self._infos.inputs(rec, component)
         if len(inputs) != 1 or figures is None:
             return None
         source = inputs[0]
@@ -259,11 +285,11 @@ class PageCalls(NimbusQueries):
                       figures: WindowStats | None) -> Any:
         """A component's figures by output stream: known only when it declares at most
         one stream (none: an empty map)."""
-        streams = self._output_streams(rec, component)
+        streams = self._infos.output_streams(rec, component)
         if len(streams) > 1 or figures is None:
             return None
         return {stream: self.idl.ComponentAggregateStats(
-            type=self.idl.ComponentType.SPOUT if component in self._spouts(rec)
+            type=self.idl.ComponentType.SPOUT if component in self._infos.spouts(rec)
             else self.idl.ComponentType.BOLT,
             common_stats=self.idl.CommonAggregateStats(emitted=figures.emitted,
                                                        transferred=figures.emitted))
@@ -277,7 +303,7 @@ class PageCalls(NimbusQueries):
             return []
         ranges = [(first, last) for c, first, last in task_ranges(rec.tasks, rec.executors)
                   if c == component]
-        uptime = _i32(self.clock() - (run.started_at or self.clock()))
+        uptime = _i32(self._clock() - (run.started_at or self._clock()))
         result = []
         for index, (first, last) in enumerate(ranges):
             summary = self.idl.ExecutorSummary(
@@ -293,9 +319,9 @@ class PageCalls(NimbusQueries):
     def _page_errors(self, rec: TopologyRecord, run: RunStatus) -> dict[str, list[Any]]:
         """The topology's errors by component, oldest first: the daemon's own (at its
         address) and the application's (at its host and port)."""
-        host, port = self.address
+        host, port = self._infos.address
         found: dict[str, list[Any]] = {}
-        for component, message, when in self.store.errors(rec.id):
+        for component, message, when in self._store.errors(rec.id):
             found.setdefault(component, []).append(self.idl.ErrorInfo(
                 error=message, error_time_secs=_i32(when), host=host, port=port))
         for component, message, when in run.errors:
@@ -328,19 +354,10 @@ class PageCalls(NimbusQueries):
 
     def _node_of(self, topology_id: str) -> WorkerNode | None:
         try:
-            nodes = self.launcher.nodes()
+            nodes = self._launcher.nodes()
         except Exception:  # noqa: BLE001 - a page must still answer
             return None
         return next((n for n in nodes if topology_id in n.topologies), None)
-
-    def _may_read(self, call: Call, rec: TopologyRecord) -> bool:
-        return call.principal is None or self.authz.may_read(call.principal, self._acl(rec))
-
-    def _output_streams(self, rec: TopologyRecord, component: str) -> list[str]:
-        struct = self._topology_struct(rec)
-        spec = (struct.spouts or {}).get(component) or (struct.bolts or {}).get(component)
-        common = getattr(spec, "common", None)
-        return sorted(getattr(common, "streams", None) or {})
 
 
 def _share(total: int, share: tuple[int, int] | None) -> int:

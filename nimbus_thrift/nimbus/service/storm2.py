@@ -1,6 +1,6 @@
 """The methods Storm 2.x added to ``service Nimbus`` that are not the blob store's, the
-log levels' or the UI pages' (:mod:`.blob_calls`, :mod:`.log_calls`,
-:mod:`.page_calls`): summaries and lookups by name, getTopologyInfo with options,
+log levels' or the UI pages' (:mod:`..blobs.calls`, :mod:`.logs`,
+:mod:`.pages`): summaries and lookups by name, getTopologyInfo with options,
 history and owners, and the calls that mean nothing on Spark.
 
 What each does here:
@@ -20,8 +20,7 @@ uploadNewCredentials,                saying so, after the caller is authorized a
 Storm's supervisor calls             the topology found
 ===================================  ===============================================
 
-A base of :class:`~.handler.NimbusHandler`, on the handler's state like
-:class:`~.queries.NimbusQueries`. Each method runs inside ``self._gate`` (the rule of
+Each method runs inside :meth:`.access.Access.gate` (the rule of
 :data:`.authz.METHODS`, then the audit) and :func:`.wire_errors.storm_errors` (errors
 Storm does not declare for the method go back as a TApplicationException with a
 sentence, never as a dropped connection or a traceback).
@@ -29,13 +28,17 @@ sentence, never as a dropped connection or a traceback).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import structlog
 
-from ..security.authz import Call
-from .queries import NimbusQueries
-from ..state.store import TopologyRecord
+from ..launcher import Launcher
+from ..security.authz import Authorizer
+from ..state.store import Store, TopologyRecord
+from .access import Access, acl_of
+from .infos import Infos
 from .wire_errors import NotSupported
 from .wire_errors import storm_errors as _storm_errors
 
@@ -45,61 +48,76 @@ log = structlog.get_logger(__name__)
 MB = 1024 * 1024
 
 
-class StormTwoCalls(NimbusQueries):
-    """Storm 2.x's summaries, lookups, history, owners and unsupported calls."""
+class StormTwoCalls:
+    """Storm 2.x's summaries, lookups, history, owners and unsupported calls.
+
+    Args:
+        idl: the loaded IDL module (``idl`` is what :func:`.wire_errors.storm_errors`
+            reads the declared exceptions from).
+        access: the gate and the topology lookups.
+        authz: who may call what.
+        store: the daemon's state.
+        launcher: asked what memory a topology takes.
+        infos: builds the summaries and TopologyInfos.
+        clock: epoch seconds.
+    """
+
+    def __init__(self, idl: ModuleType, access: Access, authz: Authorizer, store: Store,
+                 launcher: Launcher, infos: Infos, clock: Callable[[], float]):
+        self.idl = idl
+        self._access = access
+        self._authz = authz
+        self._store = store
+        self._launcher = launcher
+        self._infos = infos
+        self._clock = clock
 
     # --- summaries and lookups --------------------------------------------------------
     @_storm_errors
     def getTopologySummaries(self) -> list[Any]:
-        with self._gate("getTopologySummaries") as call:
-            self.authz.check(call)
-            return self._summaries(self.clock())
+        with self._access.gate("getTopologySummaries") as call:
+            self._authz.check(call)
+            return self._infos.summaries(self._clock())
 
     @_storm_errors
     def getTopologySummaryByName(self, name: str) -> Any:
-        with self._gate("getTopologySummaryByName", topology=name) as call:
-            self.authz.check(call)
+        with self._access.gate("getTopologySummaryByName", topology=name) as call:
+            self._authz.check(call)
             return self._one_summary(lambda row: row.name == name,
                                      f"no topology named {name!r}")
 
     @_storm_errors
     def getTopologySummary(self, id: str) -> Any:
-        with self._gate("getTopologySummary", topology=id) as call:
-            self.authz.check(call)
+        with self._access.gate("getTopologySummary", topology=id) as call:
+            self._authz.check(call)
             return self._one_summary(lambda row: row.id == id,
                                      f"no topology with id {id!r}")
 
     def _one_summary(self, match: Any, missing: str) -> Any:
         # The listing's small columns, as getClusterInfo reads them (and with the same
         # defences against a damaged row); at most max_topologies rows.
-        now = self.clock()
-        for row in self.store.listing():
+        now = self._clock()
+        for row in self._store.listing():
             if match(row):
-                return self._summary(row, now)
+                return self._infos.summary(row, now)
         raise self.idl.NotAliveException(msg=missing)
 
     @_storm_errors
     def getTopologyInfoByName(self, name: str) -> Any:
-        with self._gate("getTopologyInfoByName", topology=name) as call:
-            return self._topology_info(self._readable_named(call, name))
+        with self._access.gate("getTopologyInfoByName", topology=name) as call:
+            return self._infos.topology_info(self._access.permitted_named(call, name))
 
     @_storm_errors
     def getTopologyInfoWithOpts(self, id: str, options: Any) -> Any:
-        with self._gate("getTopologyInfoWithOpts", topology=id) as call:
-            return self._topology_info(self._readable(call, id), _num_errors(options))
+        with self._access.gate("getTopologyInfoWithOpts", topology=id) as call:
+            return self._infos.topology_info(self._access.permitted(call, id),
+                                             _num_errors(options))
 
     @_storm_errors
     def getTopologyInfoByNameWithOpts(self, name: str, options: Any) -> Any:
-        with self._gate("getTopologyInfoByNameWithOpts", topology=name) as call:
-            return self._topology_info(self._readable_named(call, name),
-                                       _num_errors(options))
-
-    def _readable_named(self, call: Call, name: Any) -> TopologyRecord:
-        """The topology named ``name``, if ``call`` may (by its rule) act on it."""
-        rec = self._alive(name)
-        call.subject["topology_id"] = rec.id
-        self.authz.check(call, self._acl(rec))
-        return rec
+        with self._access.gate("getTopologyInfoByNameWithOpts", topology=name) as call:
+            return self._infos.topology_info(self._access.permitted_named(call, name),
+                                             _num_errors(options))
 
     # --- history and owners -----------------------------------------------------------
     @_storm_errors
@@ -107,11 +125,11 @@ class StormTwoCalls(NimbusQueries):
         """Ids of the topologies ``user`` may read (every one for an admin, or when
         ``user`` is empty), from the store: the daemon keeps no row of a removed
         topology, so those are the live ones."""
-        with self._gate("getTopologyHistory", user=user) as call:
-            self.authz.check(call)
+        with self._access.gate("getTopologyHistory", user=user) as call:
+            self._authz.check(call)
             ids = []
-            for rec in self.store.topologies():
-                if not user or self.authz.may_read(user, self._acl(rec)):
+            for rec in self._store.topologies():
+                if not user or self._authz.may_read(user, acl_of(rec)):
                     ids.append(rec.id)
             return self.idl.TopologyHistoryInfo(topo_ids=sorted(ids))
 
@@ -122,12 +140,12 @@ class StormTwoCalls(NimbusQueries):
         executors, workers and tasks as stored, and the memory the launcher takes for
         them (its own estimate; 0 when it takes none on this machine). Storm's
         scheduler guarantees and the assigned figures have no counterpart: unset."""
-        with self._gate("getOwnerResourceSummaries", owner=owner) as call:
-            self.authz.check(call)
+        with self._access.gate("getOwnerResourceSummaries", owner=owner) as call:
+            self._authz.check(call)
             totals: dict[str, _OwnerTotals] = {}
             if owner:
                 totals[owner] = _OwnerTotals()
-            for rec in self.store.topologies():
+            for rec in self._store.topologies():
                 if owner and rec.owner != owner:
                     continue
                 totals.setdefault(rec.owner, _OwnerTotals()).add(
@@ -136,7 +154,7 @@ class StormTwoCalls(NimbusQueries):
 
     def _requested_bytes(self, rec: TopologyRecord) -> int:
         try:
-            return max(0, int(self.launcher.memory_request(rec.conf)))
+            return max(0, int(self._launcher.memory_request(rec.conf)))
         except ValueError:      # a conf stored before the launcher checked it
             return 0
 
@@ -145,14 +163,14 @@ class StormTwoCalls(NimbusQueries):
     def getComponentPendingProfileActions(self, id: str, component_id: str,
                                           action: Any) -> list[Any]:
         # Storm's UI asks on every component page; nothing is ever pending here.
-        with self._gate("getComponentPendingProfileActions", topology_id=id) as call:
-            self._readable(call, id)
+        with self._access.gate("getComponentPendingProfileActions", topology_id=id) as call:
+            self._access.permitted(call, id)
             return []
 
     @_storm_errors
     def setWorkerProfiler(self, id: str, profileRequest: Any) -> None:
-        with self._gate("setWorkerProfiler", topology_id=id) as call:
-            self._readable(call, id)
+        with self._access.gate("setWorkerProfiler", topology_id=id) as call:
+            self._access.permitted(call, id)
             raise NotSupported(
                 "setWorkerProfiler is not supported on Spark: its actions (JVM "
                 "profiling, heap and thread dumps, worker restarts) act on Storm's "
@@ -160,8 +178,8 @@ class StormTwoCalls(NimbusQueries):
 
     @_storm_errors
     def uploadNewCredentials(self, name: str, creds: Any) -> None:
-        with self._gate("uploadNewCredentials", topology=name) as call:
-            self._readable_named(call, name)
+        with self._access.gate("uploadNewCredentials", topology=name) as call:
+            self._access.permitted_named(call, name)
             raise NotSupported(
                 "uploadNewCredentials is not supported on Spark: this daemon has no "
                 "credential plugins to hand them to (SubmitOptions.creds are accepted "
@@ -169,34 +187,34 @@ class StormTwoCalls(NimbusQueries):
 
     @_storm_errors
     def getSupervisorAssignments(self, node: str) -> Any:
-        with self._gate("getSupervisorAssignments", node=node) as call:
-            self.authz.check(call)
+        with self._access.gate("getSupervisorAssignments", node=node) as call:
+            self._authz.check(call)
             raise _no_supervisors("getSupervisorAssignments")
 
     @_storm_errors
     def sendSupervisorWorkerHeartbeats(self, heartbeats: Any) -> None:
-        with self._gate("sendSupervisorWorkerHeartbeats") as call:
-            self.authz.check(call)
+        with self._access.gate("sendSupervisorWorkerHeartbeats") as call:
+            self._authz.check(call)
             raise _no_supervisors("sendSupervisorWorkerHeartbeats")
 
     @_storm_errors
     def sendSupervisorWorkerHeartbeat(self, heatbeat: Any) -> None:
-        with self._gate("sendSupervisorWorkerHeartbeat") as call:
-            self.authz.check(call)
+        with self._access.gate("sendSupervisorWorkerHeartbeat") as call:
+            self._authz.check(call)
             raise _no_supervisors("sendSupervisorWorkerHeartbeat")
 
     @_storm_errors
     def processWorkerMetrics(self, metrics: Any) -> None:
-        with self._gate("processWorkerMetrics") as call:
-            self.authz.check(call)
+        with self._access.gate("processWorkerMetrics") as call:
+            self._authz.check(call)
             raise _no_supervisors("processWorkerMetrics")
 
     @_storm_errors
     def createStateInZookeeper(self, key: str) -> None:
         # Storm's Nimbus registers a finished blob in ZooKeeper here; this daemon's
         # blob is complete once finishBlobUpload returns, so there is nothing to do.
-        with self._gate("createStateInZookeeper", blob=key) as call:
-            self.authz.check(call)
+        with self._access.gate("createStateInZookeeper", blob=key) as call:
+            self._authz.check(call)
 
 
 class _OwnerTotals:

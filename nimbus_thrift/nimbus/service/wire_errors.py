@@ -14,6 +14,9 @@ declares none for setWorkerProfiler, processWorkerMetrics, ..., yet a caller can
 refused or name an unknown topology) all as a TApplicationException whose message is
 the sentence: never an undeclared exception, which the dispatcher would log with a
 traceback as the server's own failure.
+
+Both decorate methods of a group of calls whose ``idl`` attribute is the loaded IDL
+module (its exceptions are the answers).
 """
 
 from __future__ import annotations

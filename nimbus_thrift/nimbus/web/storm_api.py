@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..service.pages import WINDOWS
-from ..service.queries import ALL_TIME
+from ..service.infos import ALL_TIME
 from .calls import call_as
 from .messages import Request, Response
 

@@ -16,7 +16,7 @@ from thriftpy2.utils import serialize
 
 from support.nimbus import (BlockingLauncher, FakeClock, FakeLauncher, N, common,
                             make_zip, shell, shuffle, upload, wordcount)
-from nimbus_thrift.nimbus.service import handler as handler_module
+from nimbus_thrift.nimbus.service import topologies as topologies_module
 from nimbus_thrift.nimbus.service import listing as listing_module
 from nimbus_thrift.nimbus.config import load_config
 from nimbus_thrift.nimbus.service.handler import NimbusHandler
@@ -150,7 +150,7 @@ def test_a_kill_right_after_the_commit_queues_behind_the_launch(
     started a job for a topology already removed."""
     env = Env(tmp_path / "data", launcher_reply_wait_secs=0.1)
     killer: list[threading.Thread] = []
-    real_spec = env.handler._spec
+    real_spec = env.handler.launching.spec
 
     def spec_with_a_kill_in_between(rec: Any, plan: Any) -> Any:
         # Called after the row is committed, before the launch is queued.
@@ -163,7 +163,7 @@ def test_a_kill_right_after_the_commit_queues_behind_the_launch(
         thread.join(0.5)            # with the bug, the kill is done by now
         return real_spec(rec, plan)
 
-    monkeypatch.setattr(env.handler, "_spec", spec_with_a_kill_in_between)
+    monkeypatch.setattr(env.handler.launching, "spec", spec_with_a_kill_in_between)
     try:
         location = upload(env.handler, make_zip())
         env.handler.submitTopology("a", location, "{}", wordcount())
@@ -201,7 +201,7 @@ def test_slow_code_check_holds_no_lock(tmp_path: Path, monkeypatch: pytest.Monke
                                        ) -> None:
     env = Env(tmp_path / "data")
     gate, entered = threading.Event(), threading.Event()
-    real = handler_module.check_topology
+    real = topologies_module.check_topology
     try:
         env.submit("b")
 
@@ -210,7 +210,7 @@ def test_slow_code_check_holds_no_lock(tmp_path: Path, monkeypatch: pytest.Monke
                 entered.set()
                 gate.wait(30)
             return real(topology, conf, code)
-        monkeypatch.setattr(handler_module, "check_topology", slow)
+        monkeypatch.setattr(topologies_module, "check_topology", slow)
         topo = wordcount()
         topo.spouts["slow"] = topo.spouts["sentences"]
         location = upload(env.handler, make_zip())
@@ -243,14 +243,14 @@ def _spouts(n: int, script: str) -> Any:
 
 def test_each_module_is_parsed_once_per_submit(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from nimbus_thrift.nimbus.service import handler as handler_module
+    from nimbus_thrift.nimbus.service import topologies as topologies_module
     parses: list[str] = []
-    real = handler_module.parse_in_child       # the daemon parses in a child process
+    real = topologies_module.parse_in_child       # the daemon parses in a child process
 
     def counting(member: str, source: bytes) -> frozenset[str]:
         parses.append(member)
         return real(member, source)
-    monkeypatch.setattr(handler_module, "parse_in_child", counting)
+    monkeypatch.setattr(topologies_module, "parse_in_child", counting)
     env = Env(tmp_path / "data")
     try:
         big = "class Spout:\n    pass\n" + "".join(f"x{i} = {i}\n" for i in range(15_000))
@@ -417,7 +417,8 @@ def test_record_statics_cached_per_id_and_dropped_on_removal(tmp_path: Path) -> 
         env.handler.timers.run_due()
         assert env.handler.background.wait_idle(PROMPT)
         assert tid not in env.store.cached_ids()
-        assert len(env.handler._counts) == 0 or tid not in env.handler._counts._cache
+        counts = env.handler.infos._counts
+        assert len(counts) == 0 or tid not in counts._cache
     finally:
         env.close()
 
@@ -443,7 +444,7 @@ def test_work_dir_failure_refuses_the_submit_and_leaves_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     env = Env(tmp_path / "data")
     try:
-        monkeypatch.setattr(env.handler, "_work_dir",
+        monkeypatch.setattr(env.handler.launching, "work_dir",
                             lambda tid: env.data_dir / "absent" / tid)
         with pytest.raises(N.InvalidTopologyException) as info:
             env.submit("wc")

@@ -517,9 +517,9 @@ def test_a_memory_setting_the_launcher_cannot_read_refuses_the_submit(env: Env) 
 def test_submits_waiting_for_a_code_check_are_bounded(env: Env) -> None:
     # Each waiting submit holds a worker thread; past CODE_CHECK_WAITERS one is refused
     # at once instead of holding one more.
-    from nimbus_thrift.nimbus.service.handler import CODE_CHECK_SLOTS, CODE_CHECK_WAITERS
+    from nimbus_thrift.nimbus.service.topologies import CODE_CHECK_SLOTS, CODE_CHECK_WAITERS
     for _ in range(CODE_CHECK_SLOTS):
-        assert env.handler._code_checks.acquire(timeout=1)
+        assert env.handler.topologies._code_checks.acquire(timeout=1)
     locations = [upload(env.handler, make_zip()) for _ in range(CODE_CHECK_WAITERS + 1)]
     errors: list[Exception] = []
 
@@ -532,14 +532,15 @@ def test_submits_waiting_for_a_code_check_are_bounded(env: Env) -> None:
     for t in waiters:
         t.start()
     deadline = time.monotonic() + 10
-    while env.handler._code_waiters < CODE_CHECK_WAITERS and time.monotonic() < deadline:
+    calls = env.handler.topologies
+    while calls._code_waiters < CODE_CHECK_WAITERS and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert env.handler._code_waiters == CODE_CHECK_WAITERS
+    assert calls._code_waiters == CODE_CHECK_WAITERS
     with pytest.raises(N.InvalidTopologyException, match="more are waiting"):
         env.handler.submitTopology("late", locations[-1], "{}", wordcount())
     for _ in range(CODE_CHECK_SLOTS):
-        env.handler._code_checks.release()
+        env.handler.topologies._code_checks.release()
     for t in waiters:
         t.join(30)
-    assert errors == [] and env.handler._code_waiters == 0
+    assert errors == [] and env.handler.topologies._code_waiters == 0
     assert sorted(env.names()) == sorted(f"w{i}" for i in range(CODE_CHECK_WAITERS))

@@ -16,7 +16,7 @@ import nimbus_thrift
 from support.nimbus import FakeClock, FakeLauncher, N, make_zip, request_as, upload, wordcount
 from nimbus_thrift.nimbus.config import load_config
 from nimbus_thrift.nimbus.service.handler import NimbusHandler
-from nimbus_thrift.nimbus.service.queries import nimbus_version
+from nimbus_thrift.nimbus.service.infos import nimbus_version
 from nimbus_thrift.nimbus.state.store import Store
 
 MB = 1024 * 1024

@@ -496,7 +496,7 @@ def test_handler_with_the_spark_launcher(tmp_path: Path, launchers: Launchers) -
         assert re.search(r"^split +2 +2 +[\d,]+ +[\d,]+ +2,000\.0 +50\.0$", text, re.M), text
         (node,) = handler.getClusterInfo().supervisors
         assert node.num_used_workers >= 1
-        work = handler._work_dir(summary.id)
+        work = handler.launching.work_dir(summary.id)
         pid = invocations(work)[0]["pid"]
         handler.killTopologyWithOpts("wc", N.KillOptions(wait_secs=0))
         assert RunDir(work).control_state() == "paused"

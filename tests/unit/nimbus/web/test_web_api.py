@@ -454,7 +454,7 @@ def test_metrics_show_restarts_batches_and_launcher_failures(env: WebEnv,
     monkeypatch.setattr(env.launcher, "status", status)
     # A launcher call that raises is recorded on the topology and counted.
     env.launcher.fail.add("launch")
-    env.handler._launcher_call(tid, env.launcher.launch, None)
+    env.handler.launching.call(tid, env.launcher.launch, None)
     families = {f.name: f for f in text_string_to_metric_families(
         env.request("GET", "/metrics").body.decode())}
 
