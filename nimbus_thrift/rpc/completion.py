@@ -2,11 +2,13 @@
 pool (decode, call, encode, write the reply) and the queue of outcomes it leaves for
 the selector thread to book, with the wake-up that tells the selector to look.
 
-:class:`Completion` holds the state both sides touch, and
-:class:`~nimbus_thrift.rpc.selector.Selector` extends it: the selector and the workers
-reach that state as attributes of one object, as they did when both were methods of
-the server, so the split costs neither side's per-call path an attribute hop (a
-separate object would add one to every reply, on both sides).
+:class:`HandBack` is that hand-back as an object of its own, as gunicorn's gthread
+keeps its queue: the selector holds one (``Selector.back``), gives its
+:meth:`~HandBack.run_task` to the worker pool, and drains :attr:`~HandBack.done`. The
+state both sides touch lives here and nowhere else: the queue, its lock, the wake-up,
+the unsent-reply counts that cap them, and the stop flag. A worker reaches it in one
+attribute hop, as it did when this was a base class of the selector; the selector pays
+one hop per pass (``back.done`` is a local of its loop), not per call.
 
 Also :func:`send_now`, how a reply is written without waiting, by a worker or by the
 selector. Imported by selector.py.
@@ -21,7 +23,7 @@ from typing import Any
 
 import structlog
 
-from .connection import Connection
+from .channel import Channel
 from .dispatch import Dispatcher, Reply, Status
 from .fastio import send, sendmsg
 from .inline import InlinePolicy, request_key
@@ -30,26 +32,31 @@ from .wakeup import Wakeup
 
 log = structlog.get_logger(__name__)
 
+#: One booked outcome: (channel, unsent buffers, status, whether a reply was produced).
+Outcome = tuple[Channel, Any, Status, bool]
 
-class Completion:
+
+class HandBack:
     """The worker side of a request, and the outcome queue it shares with the selector.
 
     Workers write :attr:`done` (and read the flags); the selector books and clears it.
+    ``policy`` is the selector's :class:`~.inline.InlinePolicy`: workers time every call
+    for it.
     """
 
-    def __init__(self, dispatcher: Dispatcher, budget: MemoryBudget,
-                 max_unsent_reply_bytes: int, inline_calls: bool = True) -> None:
+    def __init__(self, dispatcher: Dispatcher, policy: InlinePolicy, budget: MemoryBudget,
+                 max_unsent_reply_bytes: int) -> None:
         self.dispatcher = dispatcher
-        #: Which methods are fast enough for the selector to run itself (inline.py);
-        #: workers time every call for it.
-        self.policy = InlinePolicy(enabled=inline_calls)
+        self.policy = policy
         self._budget = budget
         self.wakeup = Wakeup()
-        #: (connection, unsent buffers, status, whether a reply was produced), queued by
-        #: workers and booked by the selector.
-        self.done: deque[tuple[Connection, Any, Status, bool]] = deque()
-        self._finish_lock = threading.Lock()
-        self._finished = False
+        #: Outcomes queued by workers and booked by the selector.
+        self.done: deque[Outcome] = deque()
+        #: Guards ``done`` against the end of the selector (``finished``) and the waits
+        #: for room below; the selector holds it while it closes what is left at stop.
+        self.lock = threading.Lock()
+        #: The selector has stopped: a worker closes its connection's socket itself.
+        self.finished = False
         #: Reply bytes the selector holds for slow readers (it alone writes this; see
         #: Selector._hold_output) and the cap on them.
         self.unsent_bytes = 0
@@ -59,8 +66,9 @@ class Completion:
         #: selector (which closes the slowest readers to make room) instead of piling
         #: up replies nobody reads (1,000 unread 900 KB replies held 190 of them here).
         self.queued_unsent = 0
-        self._room = threading.Condition(self._finish_lock)
-        #: Set by Server.stop (from any thread); read by the workers and the selector.
+        self._room = threading.Condition(self.lock)
+        #: Set by Selector.request_stop (from any thread); read by the workers and the
+        #: selector.
         self.stop_requested = False
 
     def run_task(self, task: tuple[Any, ...]) -> None:
@@ -74,10 +82,11 @@ class Completion:
         not fit the socket buffer, pipelined bytes wait, frames wait for memory, the
         server is stopping, or the connection must close). This is safe because while a
         connection is PROCESSING the selector neither writes to nor closes its socket
-        (closing is deferred, see ``Selector._close``; ``Lifetime._finish`` coordinates
-        through ``_finish_lock``). Measured with scripts/bench.sh, see the README.
+        (closing is deferred, see ``Lifetime.close``; ``Lifetime.finish`` coordinates
+        through :attr:`lock`). Measured with scripts/bench.sh, see the README.
         """
-        conn, frame = task
+        ch, frame = task
+        conn = ch.conn
         key = request_key(frame) if self.policy.enabled else None
         started = perf_counter()
         try:
@@ -87,36 +96,35 @@ class Completion:
             reply, status = None, Status.CLOSE
         if key is not None:
             self.policy.ran(key, perf_counter() - started)
-        self.deliver(conn, reply, status)
+        self.deliver(ch, reply, status)
 
-    def deliver(self, conn: Connection, reply: Reply | None, status: Status) -> None:
+    def deliver(self, ch: Channel, reply: Reply | None, status: Status) -> None:
         """Write the reply of a request run outside the selector's pass and queue its
         outcome for the selector to book (a worker's way back; also that of a selector
         thread that was taken over in the middle of an inline call, inline.py)."""
         unsent: Any = None
         if reply is not None and status is not Status.CLOSE:
-            unsent = send_now(conn.io, reply)
-        with self._finish_lock:
+            unsent = send_now(ch.io, reply)
+        with self.lock:
             if unsent and unsent is not WRITE_FAILED:
                 self._wait_for_room(held_size(unsent))
-            if self._finished:
-                assert conn.sock is not None    # set when the connection was accepted
-                conn.sock.close()  # the selector is gone; nobody else will
+            if self.finished:
+                ch.sock.close()  # the selector is gone; nobody else will
                 return
-            self.done.append((conn, unsent, status, reply is not None))
+            self.done.append((ch, unsent, status, reply is not None))
         # Wake the selector only if it must act now. `interest is None`: it already saw
         # the client's next bytes (or EOF) and stopped polling the socket until this
         # outcome is booked. Each check is made after the append, and the selector
         # checks `done` after saying it sleeps, so no wake-up is lost.
-        if unsent or conn.interest is None or conn.leftover or status is Status.CLOSE \
+        if unsent or ch.interest is None or ch.conn.leftover or status is Status.CLOSE \
                 or self._budget.parked or self.stop_requested:
             self.wakeup.wake()
 
     def _wait_for_room(self, size: int) -> None:
-        """With ``_finish_lock`` held: queue ``size`` more unsent reply bytes, first
+        """With :attr:`lock` held: queue ``size`` more unsent reply bytes, first
         waiting while the queued and held ones are past the cap. Never waits while
         nothing else is queued, so one reply larger than the cap still goes out."""
-        while self.queued_unsent and not self._finished and not self.stop_requested \
+        while self.queued_unsent and not self.finished and not self.stop_requested \
                 and self.queued_unsent + self.unsent_bytes + size > self._unsent_cap:
             self.wakeup.wake()
             self._room.wait(0.5)
@@ -125,9 +133,19 @@ class Completion:
     def booked_unsent(self, size: int) -> None:
         """The selector took ``size`` queued unsent bytes off ``done`` (called rarely:
         only for replies the socket did not take)."""
-        with self._finish_lock:
+        with self.lock:
             self.queued_unsent -= size
             self._room.notify_all()
+
+    def shut(self) -> list[Outcome]:
+        """With :attr:`lock` held, at the selector's end: from now on workers close
+        their sockets themselves, and those waiting to queue a reply give up. Returns
+        the outcomes that came back too late to be booked."""
+        self.finished = True
+        self._room.notify_all()
+        late = list(self.done)
+        self.done.clear()
+        return late
 
 
 def held_size(unsent: list[Any]) -> int:

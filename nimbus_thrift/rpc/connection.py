@@ -52,7 +52,6 @@ connection closes (its stream has no boundary to resume at).
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any
 
 from .codec import compact, forms
 from .codec import header as theader
@@ -70,9 +69,6 @@ try:  # The C scan of an unframed message that arrived whole (_compactscan.c).
     from .codec._compact import scan_message as _scan_message
 except ImportError:  # pragma: no cover - exercised only without the C extension
     _scan_message = None  # type: ignore[assignment]  # None: the C module is not built
-
-if TYPE_CHECKING:
-    import socket
 
 Buffer = bytes | bytearray | memoryview
 
@@ -139,15 +135,18 @@ class Connection:
       admits it;
     * when a frame is complete it is in :attr:`frame`; when its outcome is back, call
       :meth:`request_done`.
+
+    It holds no socket: the selector keeps that, and what its I/O needs, in the
+    :class:`~.channel.Channel` beside it. The clocks (``last_activity``,
+    ``frame_started``, ``parked_at``, ``write_started``, ...) are set by the selector
+    and read by deadlines.py, a pure function of this object and the time.
     """
 
     __slots__ = ("peer", "budget", "max_frame_size", "state", "hdr", "frame", "pos",
                  "size", "leftover", "held", "need", "last_activity",
-                 "frame_started", "fd", "sock", "io", "out", "out_size", "write_started",
-                 "interest", "refusal", "refused_call", "peer_gone", "closing",
-                 "linger_until", "host", "opened_at", "fresh", "parked_at",
-                 "outq_checked", "share", "declared", "principal", "tls", "tls_peeked",
-                 "form", "scan", "unframed_compact")
+                 "frame_started", "write_started", "refusal", "refused_call", "closing",
+                 "host", "opened_at", "fresh", "parked_at", "outq_checked", "share",
+                 "declared", "principal", "form", "scan", "unframed_compact")
 
     def __init__(self, peer: str, budget: MemoryBudget, max_frame_size: int,
                  now: float = 0.0) -> None:
@@ -169,13 +168,12 @@ class Connection:
         self.opened_at = now
         self.fresh = True              # no request complete yet (first_request_timeout)
         self.parked_at = 0.0           # when the current frame parked
+        self.write_started = 0.0       # when a reply the socket did not take began waiting
         self.outq_checked = 0.0        # last_activity when the send queue was last checked
         self.host = peer               # what per-peer limits count (the peer's address)
         self.share = PeerShare()       # the counts of ``host`` (the selector's, once accepted)
         self.declared = 0              # the current frame's length, as counted in ``share``
         self.principal: str | None = None   # who the transport says the client is
-        self.tls: Any = None           # the TLSStream of a TLS connection (its ``io`` too)
-        self.tls_peeked = False        # its first bytes were checked for a TLS record
         # The client's form (forms.py), fixed by its first message; None until then.
         self.form: Form | None = None
         # The scan of the unframed message being read (unframed.py), else None.
@@ -183,19 +181,11 @@ class Connection:
         # Whether an unframed connection's protocol is compact; None for every other
         # form (one test on the selector's read path, see whole_message()).
         self.unframed_compact: bool | None = None
-        # Fields the I/O shell owns; kept here so one object describes a connection.
-        self.fd = -1
-        self.sock: socket.socket | None = None
-        self.io: object = None         # what fastio's calls take: the fd, or the socket
-        self.out: list[Buffer] = []
-        self.out_size = 0
-        self.write_started = 0.0
-        self.interest: int | None = None   # epoll mask; None = not registered
         self.refusal: Exception | None = None
         self.refused_call: tuple[str, int] = ("", 0)   # (method, seqid) of a refused frame
-        self.peer_gone = False
+        # Close once the reply in progress is out (an error reply, or an unframed
+        # stream that lost its message boundary).
         self.closing = False
-        self.linger_until = 0.0
 
     def __repr__(self) -> str:
         return f"<Connection {self.peer} {self.state.name} held={self.held}>"

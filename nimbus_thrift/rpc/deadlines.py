@@ -18,7 +18,7 @@ The clocks, by state (times are the selector's ``time.monotonic()``):
 * writing a reply the socket did not take at once: ``write_timeout`` from then.
 
 Reply bytes already handed to the kernel are checked by the selector itself (a
-syscall; see ``Selector._unread_reply``), with :func:`unread_check_due` saying when.
+syscall; see ``Lifetime._unread_reply``), with :func:`unread_check_due` saying when.
 """
 
 from __future__ import annotations

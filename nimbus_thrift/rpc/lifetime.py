@@ -5,12 +5,15 @@ certificate's principal, or its refusal), the periodic sweep of deadlines (first
 request, frame rate, parking, unread replies, lingering), the drain at stop, and the
 end: lingering after an error reply, and closing.
 
-:class:`Lifetime` is a base of :class:`~.selector.Selector`, which owns the state
-declared here and the per-call paths (read, submit, write) these methods end in; one
-object, so neither side pays an attribute hop (see selector.py). Little of this runs per
-call: accept and handshake per connection, the sweep once a second, the drain once; the
-close once per connection, and interest changes only when a connection turns from
-reading to writing or back.
+:class:`Lifetime` is an object the selector holds (``Selector.life``). It owns the
+table of open connections (``conns``: a :class:`~.channel.Channel` per descriptor),
+the epoll set and each channel's interest in it, the listeners, the per-address counts
+and the rest set in its ``__init__``. The selector's per-call paths reach the table and
+the epoll set as locals of its loop, and ``close``/``set_interest`` as bound methods
+kept on the selector, so this split adds no attribute hop to a call. Little of this
+runs per call: accept and handshake per connection, the sweep once a second, the drain
+once; the close once per connection, and interest changes only when a connection turns
+from reading to writing or back.
 """
 
 from __future__ import annotations
@@ -21,16 +24,19 @@ import select
 import socket
 import termios
 import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 
-from .completion import Completion
-from .connection import Connection
+from .channel import Channel
+from .completion import HandBack
+from .connection import SCRATCH_SIZE, Connection
 from .deadlines import ParkTimeoutError, overdue, unread_check_due
 from .dispatch import Status
 from .fastio import ACCELERATED, recv_into
 from .localpeer import PeerLookup, connection_user
+from .memory import MemoryBudget
 from .metrics import ServerState
 from .options import ServerOptions
 from .peers import PeerShare
@@ -56,49 +62,69 @@ _SIOCOUTQ = termios.TIOCOUTQ
 _LINGER_SECONDS = 2.0
 
 
-class Lifetime(Completion):
-    """Accept, sweep and drain; the selector's state they use is declared here."""
+class Lifetime:
+    """Accept, shake hands, sweep, drain and close; the table of open connections.
 
-    options: ServerOptions
-    pool: WorkerPool
-    stop_deadline: float
-    per_peer: dict[str, PeerShare]
-    _state: ServerState
-    _listener: socket.socket
-    _unix: UnixListener | None
-    _paused_listeners: list[socket.socket]
-    _listener_paused_until: float
-    _per_peer_limit: int
-    _refusal_log: LogThrottle
-    _ep: select.epoll
-    _conns: dict[int, Connection]
+    ``listener`` (and ``unix``): where connections come from; ``back`` and ``pool``:
+    the workers' way back and the pool, which the end of the loop (:meth:`finish`)
+    settles with; ``drop_output``: the selector's forgetting of the reply a closed
+    channel held (its writers' table, see ``Selector._drop_output``)."""
 
-    _scratch: memoryview
-    _lingering: int
-    #: The kernel lookups of local TCP clients' users (options.identify_local_peers),
-    #: made on the first such accept.
-    _peer_lookup: PeerLookup | None = None
+    def __init__(self, listener: socket.socket, unix: UnixListener | None,
+                 options: ServerOptions, budget: MemoryBudget, state: ServerState,
+                 back: HandBack, pool: WorkerPool,
+                 drop_output: Callable[[Channel], None]) -> None:
+        self.options = options
+        self._budget = budget
+        self._state = state
+        self._back = back
+        self._pool = pool
+        self._drop_output = drop_output
+        self.listener = listener
+        self.unix = unix
+        self._paused_listeners: list[socket.socket] = []
+        #: When the listeners paused after running out of descriptors resume (0: none).
+        self.paused_until = 0.0
+        #: Each client address's open connections and requests in the pool (peers.py).
+        self.per_peer: dict[str, PeerShare] = {}
+        self._per_peer_limit = options.per_peer_limit
+        self._refusal_log = LogThrottle()
+        #: The kernel lookups of local TCP clients' users (options.identify_local_peers),
+        #: made on the first such accept.
+        self._peer_lookup: PeerLookup | None = None
+        #: Connections lingering after an error reply (each has a timer to run).
+        self.lingering = 0
+        #: The epoll set and the open connections by descriptor (made by :meth:`open`),
+        #: and each connection's channel (for the parked frames the budget admits).
+        self.ep: select.epoll
+        self.conns: dict[int, Channel] = {}
+        self.channel_of: dict[Connection, Channel] = {}
+        #: Where a lingering connection's bytes are read to be thrown away.
+        self._discard_buf = memoryview(bytearray(SCRATCH_SIZE))
+        opts = options
+        #: The limits the sweep checks, and how often it runs.
+        self.timeouts = [t for t in (opts.idle_timeout, opts.frame_read_timeout,
+                                     opts.write_timeout, opts.first_request_timeout,
+                                     opts.park_timeout) if t]
+        if opts.min_frame_rate:
+            self.timeouts.append(opts.frame_rate_grace or 1.0)
+        self.sweep_every = min([0.5] + [t / 4 for t in self.timeouts])
 
-    # The selector's own paths, which these end in.
-    def _close(self, conn: Connection, reason: str | None = None) -> None:
-        raise NotImplementedError
-
-    def _refuse(self, conn: Connection, now: float) -> None:
-        raise NotImplementedError
-
-    def _drop_output(self, conn: Connection) -> None:
-        raise NotImplementedError
-
-    def _tls_check_pending(self, conn: Connection) -> None:
-        raise NotImplementedError
+    def open(self) -> select.epoll:
+        """Make the epoll set, with the listeners in it; return it."""
+        ep = self.ep = select.epoll()
+        ep.register(self.listener.fileno(), _EPOLLIN)
+        if self.unix is not None:
+            ep.register(self.unix.sock.fileno(), _EPOLLIN)
+        return ep
 
     # ----------------------------------------------------------------- accept
 
-    def _listeners(self) -> list[socket.socket]:
+    def listeners(self) -> list[socket.socket]:
         """The sockets this server accepts on: TCP, and the Unix socket if any."""
-        return [self._listener] + ([self._unix.sock] if self._unix is not None else [])
+        return [self.listener] + ([self.unix.sock] if self.unix is not None else [])
 
-    def _accept(self, listener: socket.socket, now: float) -> bool:
+    def accept(self, listener: socket.socket, now: float) -> bool:
         """Accept up to _MAX_ACCEPTS_PER_PASS connections; True once nothing more can be
         taken now (the backlog is empty, or accepting failed)."""
         state = self._state
@@ -114,9 +140,9 @@ class Lifetime(Completion):
                     # instead of spinning on it.
                     log.error("accept_failed", error=str(exc),
                               effect=f"not accepting for {_EMFILE_PAUSE}s")
-                    self._ep.unregister(listener.fileno())
+                    self.ep.unregister(listener.fileno())
                     self._paused_listeners.append(listener)
-                    self._listener_paused_until = now + _EMFILE_PAUSE
+                    self.paused_until = now + _EMFILE_PAUSE
                     return True
                 log.warning("accept_failed", error=str(exc))
                 return True
@@ -177,6 +203,7 @@ class Lifetime(Completion):
             conn.host = host
             conn.share = share
             conn.principal = principal
+            tls = None
             tls_context = opts.ssl_context
             if tls_context is not None and listener.family != socket.AF_UNIX:
                 # No handshake yet: the selector drives it (tls.py); the connection
@@ -191,17 +218,16 @@ class Lifetime(Completion):
                     sock.close()
                     log.warning("tls_wrap_failed", peer=peer, error=str(exc))
                     continue
-                conn.tls = TLSStream(sock)
+                tls = TLSStream(sock)
                 conn.state = State.HANDSHAKING
-            conn.sock = sock
-            conn.fd = sock.fileno()
             # fastio's C calls take the descriptor (no fileno() call per recv and send);
             # a TLS connection's calls go to ssl's C object or its stream (tls.py).
-            conn.io = conn.tls.io if conn.tls is not None else \
-                conn.fd if ACCELERATED else sock
-            conn.interest = _EPOLLIN
-            self._ep.register(conn.fd, _EPOLLIN)
-            self._conns[conn.fd] = conn
+            ch = Channel(conn, sock, None, tls)
+            ch.io = tls.io if tls is not None else ch.fd if ACCELERATED else sock
+            ch.interest = _EPOLLIN
+            self.ep.register(ch.fd, _EPOLLIN)
+            self.conns[ch.fd] = ch
+            self.channel_of[conn] = ch
             state.connections_open += 1
             state.connections_accepted += 1
             log.debug("connection_opened", peer=peer)
@@ -221,15 +247,17 @@ class Lifetime(Completion):
 
     # ----------------------------------------------------------------- TLS handshake
 
-    def _handshake(self, conn: Connection, now: float) -> None:
-        """One nonblocking step of a TLS handshake (tls.py), on each socket event."""
-        sock = conn.tls.ssl
+    def handshake(self, ch: Channel, now: float) -> bool:
+        """One nonblocking step of a TLS handshake (tls.py), on each socket event. True
+        when it is done: the selector then reads what the TLS layer may hold already."""
+        conn = ch.conn
+        sock = ch.tls.ssl
         try:
-            if not conn.tls_peeked:
+            if not ch.tls_peeked:
                 if not first_bytes_are_tls(sock):
-                    self._set_interest(conn, _EPOLLIN)     # nothing arrived yet
-                    return
-                conn.tls_peeked = True
+                    self.set_interest(ch, _EPOLLIN)     # nothing arrived yet
+                    return False
+                ch.tls_peeked = True
             step = handshake_step(sock)
         except HandshakeFailed as exc:
             self._state.tls_handshakes_failed += 1
@@ -237,8 +265,8 @@ class Lifetime(Completion):
             if held is not None:
                 log.warning("tls_handshake_failed", peer=conn.peer, reason=str(exc),
                             similar_failures_not_logged=held)
-            self._really_close(conn)
-            return
+            self.really_close(ch)
+            return False
         if step == DONE:
             try:
                 certified = principal_of(sock, self.options.principal_from_cert)
@@ -250,8 +278,8 @@ class Lifetime(Completion):
                     log.warning("tls_client_refused", peer=conn.peer,
                                 principal=exc.principal, reason=exc.reason,
                                 similar_failures_not_logged=held)
-                self._really_close(conn)
-                return
+                self.really_close(ch)
+                return False
             self._state.tls_handshakes += 1
             if certified is not None:
                 # Without a certificate (or a principal in it), the kernel's word for a
@@ -261,37 +289,40 @@ class Lifetime(Completion):
             conn.last_activity = now
             log.debug("tls_handshake_done", peer=conn.peer, principal=conn.principal,
                       version=sock.version())
-            self._set_interest(conn, _EPOLLIN)
-            self._tls_check_pending(conn)
-        else:
-            self._set_interest(conn, _EPOLLOUT if step == WANT_WRITE else _EPOLLIN)
+            self.set_interest(ch, _EPOLLIN)
+            return True
+        self.set_interest(ch, _EPOLLOUT if step == WANT_WRITE else _EPOLLIN)
+        return False
 
     # ----------------------------------------------------------------- timers
 
-    def _sweep(self, now: float) -> None:
+    def sweep(self, now: float, stopping: bool,
+              refuse: Callable[[Channel, float], None]) -> None:
+        """Resume paused listeners, expire the refusal log, and close (or, for a frame
+        that waited too long for memory, ``refuse``) the connections past a deadline."""
         opts = self.options
-        if self._listener_paused_until and now >= self._listener_paused_until \
-                and not self.stop_requested:
-            self._listener_paused_until = 0.0
+        if self.paused_until and now >= self.paused_until and not stopping:
+            self.paused_until = 0.0
             for listener in self._paused_listeners:
-                self._ep.register(listener.fileno(), _EPOLLIN)
+                self.ep.register(listener.fileno(), _EPOLLIN)
             self._paused_listeners.clear()
         for host, held in self._refusal_log.expire(now):
             log.warning("connection_refusals_not_logged", peer_address=host, count=held)
         budget = self._budget
-        for conn in list(self._conns.values()):
+        for ch in list(self.conns.values()):
+            conn = ch.conn
             st = conn.state
             if st is State.LINGERING:
-                if now >= conn.linger_until and conn.linger_until:
-                    self._close(conn)
-                elif conn.out and opts.write_timeout and \
+                if now >= ch.linger_until and ch.linger_until:
+                    self.close(ch)
+                elif ch.out and opts.write_timeout and \
                         now - conn.write_started > opts.write_timeout:
-                    self._close(conn, "error reply not taken by the client")
+                    self.close(ch, "error reply not taken by the client")
                 continue
             late = overdue(conn, opts, now)
             if late is None:
                 if unread_check_due(conn, opts, now):
-                    self._unread_reply(conn, now)
+                    self._unread_reply(ch, now)
                 continue
             self._state.timeouts += 1
             if st is State.HANDSHAKING:
@@ -302,127 +333,148 @@ class Lifetime(Completion):
                             reserved=budget.reserved, budget=budget.capacity)
                 conn.refuse_parked(ParkTimeoutError(conn.size, conn.pos, opts.park_timeout
                                                     or 0.0, budget.capacity))
-                self._refuse(conn, now)
+                refuse(ch, now)
             else:
-                self._close(conn, late.reason)
+                self.close(ch, late.reason)
 
-    def _unread_reply(self, conn: Connection, now: float) -> None:
+    def _unread_reply(self, ch: Channel, now: float) -> None:
         """A connection between requests has been quiet for write_timeout since its last
         reply: if the kernel still holds reply bytes the client has not taken, it is not
         reading; closing frees them (they cannot be taken back otherwise)."""
+        conn = ch.conn
         conn.outq_checked = conn.last_activity
         try:
-            raw = fcntl.ioctl(conn.fd, _SIOCOUTQ, b"\0\0\0\0")
+            raw = fcntl.ioctl(ch.fd, _SIOCOUTQ, b"\0\0\0\0")
         except OSError:
             return
         queued = int.from_bytes(raw, "little", signed=True)
         if queued > 0:
             self._state.timeouts += 1
-            self._close(conn, f"reply not taken by the client within "
-                              f"{self.options.write_timeout:g}s (write_timeout; {queued} "
-                              f"bytes still in the send queue)")
+            self.close(ch, f"reply not taken by the client within "
+                           f"{self.options.write_timeout:g}s (write_timeout; {queued} "
+                           f"bytes still in the send queue)")
 
     # ----------------------------------------------------------------- stopping
 
-    def _begin_drain(self) -> None:
+    def begin_drain(self, deadline: float) -> None:
         """Stop accepting; close the connections with no request in flight or on its
-        way. Those with one are answered within the grace period, then closed."""
+        way. Those with one are answered by ``deadline`` (the grace period's end), then
+        closed."""
         now = time.monotonic()
-        for listener in self._listeners():
+        for listener in self.listeners():
             # Connections still in the backlog connected before the stop, and many have
             # sent their request already: closing the listener would reset them. One
             # last accept takes them in, and the rule below sorts them like the rest.
-            if not self._listener_paused_until:
-                while not self._accept(listener, now):
+            if not self.paused_until:
+                while not self.accept(listener, now):
                     pass
             try:
-                self._ep.unregister(listener.fileno())
+                self.ep.unregister(listener.fileno())
             except (OSError, ValueError):
                 pass
             listener.close()
-        if self._unix is not None:
-            remove_unix(self._unix)
+        if self.unix is not None:
+            remove_unix(self.unix)
         in_flight = arriving = 0
-        for conn in list(self._conns.values()):
-            if conn.state in (State.PROCESSING, State.WRITING):
+        for ch in list(self.conns.values()):
+            if ch.conn.state in (State.PROCESSING, State.WRITING):
                 in_flight += 1
-            elif _request_arriving(conn):
+            elif _request_arriving(ch):
                 arriving += 1
             else:
-                self._close(conn)
+                self.close(ch)
         log.info("stopping", in_flight=in_flight, arriving=arriving,
-                 grace_s=round(max(0.0, self.stop_deadline - now), 3))
+                 grace_s=round(max(0.0, deadline - now), 3))
 
-    def _finish(self, ep: select.epoll) -> None:
-        pool = self.pool
+    def finish(self, deadline: float) -> None:
+        """The loop has ended: drop what no worker started, settle with the workers'
+        way back, close every connection, stop the pool (waiting until ``deadline``,
+        plus half a second) and close the epoll set and the wake-up."""
+        pool = self._pool
+        back = self._back
         # Requests no worker has started are dropped (their connections close below):
         # a handler must not start after the server has stopped.
         not_started = {id(task[0]) for task in pool.discard_queued()}
-        with self._finish_lock:
-            self._finished = True
-            self._room.notify_all()     # workers waiting to queue a reply give up
+        with back.lock:
             # Outcomes that came back too late: count them, then close below.
-            while self.done:
-                conn, _, status, _ = self.done.popleft()
+            for _, _, status, _ in back.shut():
                 self._state.requests_completed += 1
                 if status >= Status.FAILED:
                     self._state.requests_failed += 1
-            leftover = list(self._conns.values())
-            for conn in leftover:
+            leftover = list(self.conns.values())
+            for ch in leftover:
                 # PROCESSING with a worker on it: the worker closes the socket when done.
-                busy = conn.state in (State.PROCESSING, State.WRITING)
-                processing = conn.state is State.PROCESSING and id(conn) not in not_started
-                self._really_close(conn, "server stopped before the reply was written"
-                                   if busy else None, keep_socket=processing)
-        stuck = pool.stop(timeout=max(0.0, self.stop_deadline - time.monotonic()) + 0.5)
+                state = ch.conn.state
+                busy = state in (State.PROCESSING, State.WRITING)
+                processing = state is State.PROCESSING and id(ch) not in not_started
+                self.really_close(ch, "server stopped before the reply was written"
+                                  if busy else None, keep_socket=processing)
+        stuck = pool.stop(timeout=max(0.0, deadline - time.monotonic()) + 0.5)
         if self._peer_lookup is not None:
             self._peer_lookup.close()
-        ep.close()
-        self.wakeup.close()
+        self.ep.close()
+        back.wakeup.close()
         log.info("stopped", abandoned_connections=len(leftover), stuck_workers=stuck,
                  bytes_reserved=self._budget.reserved)
 
     # ----------------------------------------------------------------- closing
 
-    def _start_linger(self, conn: Connection, now: float) -> None:
-        sock = conn.sock
-        assert sock is not None  # set by _accept before the connection is registered
+    def start_linger(self, ch: Channel, now: float) -> None:
+        """An error reply is out: half-close, and read (to discard) for a while."""
         try:
-            sock.shutdown(socket.SHUT_WR)
+            ch.sock.shutdown(socket.SHUT_WR)
         except OSError:
-            self._close(conn)
+            self.close(ch)
             return
-        conn.linger_until = now + _LINGER_SECONDS
-        self._lingering += 1
-        self._set_interest(conn, _EPOLLIN)
+        ch.linger_until = now + _LINGER_SECONDS
+        self.lingering += 1
+        self.set_interest(ch, _EPOLLIN)
 
-    def _discard(self, conn: Connection, now: float) -> None:
+    def discard(self, ch: Channel, now: float) -> None:
+        """Read and throw away what a lingering client sends; close at EOF or when its
+        time is up."""
         try:
             while True:
-                n = recv_into(conn.io, self._scratch)
+                n = recv_into(ch.io, self._discard_buf)
                 if n == 0:
-                    self._close(conn)
+                    self.close(ch)
                     return
         except (BlockingIOError, InterruptedError):
-            if now >= conn.linger_until:
-                self._close(conn)
+            if now >= ch.linger_until:
+                self.close(ch)
         except OSError:
-            self._close(conn)
+            self.close(ch)
 
-    def _really_close(self, conn: Connection, reason: str | None = None,
-                      keep_socket: bool = False) -> None:
+    def close(self, ch: Channel, reason: str | None = None) -> None:
+        """Close, unless a worker still holds the frame: then only stop polling, and
+        the close follows when its outcome comes back (the selector books it)."""
+        conn = ch.conn
+        if conn.state is State.CLOSED:
+            return
+        if conn.state is State.PROCESSING:
+            ch.peer_gone = True
+            self.set_interest(ch, 0)
+            if reason:
+                log.info("client_gone_mid_call", peer=conn.peer, reason=reason)
+            return
+        self.really_close(ch, reason)
+
+    def really_close(self, ch: Channel, reason: str | None = None,
+                     keep_socket: bool = False) -> None:
         """Forget the connection and release its memory. ``keep_socket``: a worker is
         still running its request and will close the socket when it is done."""
+        conn = ch.conn
         if reason:
             log.info("connection_closed", peer=conn.peer, state=conn.state.name,
                      reason=reason)
         else:
             log.debug("connection_closed", peer=conn.peer)
-        if conn.linger_until:
-            self._lingering -= 1
-            conn.linger_until = 0.0
-        self._set_interest(conn, None)
-        if self._conns.pop(conn.fd, None) is not None:
+        if ch.linger_until:
+            self.lingering -= 1
+            ch.linger_until = 0.0
+        self.set_interest(ch, None)
+        if self.conns.pop(ch.fd, None) is not None:
+            del self.channel_of[conn]
             share = conn.share
             share.connections -= 1
             if share.connections <= 0:
@@ -430,9 +482,8 @@ class Lifetime(Completion):
                 # connection from this address starts afresh.
                 self.per_peer.pop(conn.host, None)
         conn.close()
-        self._drop_output(conn)
-        sock = conn.sock
-        assert sock is not None  # set by _accept before the connection is registered
+        self._drop_output(ch)
+        sock = ch.sock
         try:
             if keep_socket:
                 sock.shutdown(socket.SHUT_RDWR)
@@ -442,40 +493,41 @@ class Lifetime(Completion):
             pass
         self._state.connections_open -= 1
 
-    def _set_interest(self, conn: Connection, mask: int | None) -> None:
+    def set_interest(self, ch: Channel, mask: int | None) -> None:
         """Register, modify or unregister; 0 means unregistered too (an unregistered fd
         cannot report the HUP/ERR that a registered one reports even with no interest)."""
         if mask == 0:
             mask = None
-        if conn.interest == mask:
+        if ch.interest == mask:
             return
         try:
             if mask is None:
-                self._ep.unregister(conn.fd)
-            elif conn.interest is None:
-                self._ep.register(conn.fd, mask)
+                self.ep.unregister(ch.fd)
+            elif ch.interest is None:
+                self.ep.register(ch.fd, mask)
             else:
-                self._ep.modify(conn.fd, mask)
+                self.ep.modify(ch.fd, mask)
         except (OSError, ValueError):
             pass  # the descriptor is already gone; closing will follow
-        conn.interest = mask
+        ch.interest = mask
 
 
-def _request_arriving(conn: Connection) -> bool:
+def _request_arriving(ch: Channel) -> bool:
     """Whether a connection between calls has part of a request, or a whole one, that
     was sent before the stop: read so far, or waiting in the kernel or the TLS layer.
     Such a client is answered before the close rather than cut off (a close with unread
     bytes is a reset, which loses the request and tells the client nothing)."""
+    conn = ch.conn
     state = conn.state
     if state is not State.READING_HEADER:
         return state is State.READING_FRAME or state is State.AWAITING_MEMORY
     if conn.hdr or conn.leftover:
         return True
-    io: Any = conn.io
-    if conn.tls is not None and io.pending():
+    io: Any = ch.io
+    if ch.tls is not None and io.pending():
         return True
     try:
-        raw = fcntl.ioctl(conn.fd, termios.FIONREAD, b"\0\0\0\0")
+        raw = fcntl.ioctl(ch.fd, termios.FIONREAD, b"\0\0\0\0")
     except OSError:
         return False
     return int.from_bytes(raw, "little", signed=True) > 0

@@ -16,14 +16,16 @@ its registration until the kernel reports data for it (a pipelined frame, or EOF
 only then is it unregistered. Closed-loop clients therefore cost no epoll_ctl calls per
 request; a pipelining client costs one.
 
-Reading, submitting and writing stay in one class: they call each other on every path
-(a read completes a frame or refuses it and writes an error reply, a write resumes
-reading or closes). The other jobs are its base classes, one module each, so that they
-stay methods of one object and reach the shared state in one attribute hop, as the hot
-path needs: running calls in this thread (inline_calls.py); a connection's life outside
-its calls, from accept and TLS handshake to the sweep of deadlines, the drain at stop
-and the close (lifetime.py); the workers' way back (completion.py). Owned by
-server.py's Server.
+Reading, submitting and writing stay in :class:`Selector`: they call each other on
+every path (a read completes a frame or refuses it and writes an error reply, a write
+resumes reading or closes). The other jobs are objects it holds, each owning its state
+in its own module: ``back``, the workers' way back (completion.py: the outcome queue,
+its lock and the wake-up); ``life``, a connection's life outside its calls, from
+accept and TLS handshake to the sweep of deadlines, the drain at stop and the close,
+with the table of open connections and the epoll set (lifetime.py); ``inline``, the
+calls run in this thread (inline_calls.py). What the selector holds of a connection is
+a :class:`~.channel.Channel` (the socket and its I/O state) around the socket-free
+:class:`~.connection.Connection`. Owned by server.py's Server.
 """
 
 from __future__ import annotations
@@ -37,20 +39,21 @@ from typing import Any
 
 import structlog
 
-from .completion import WRITE_FAILED, held_size, send_now, unsent_part
+from .channel import Channel
+from .completion import WRITE_FAILED, HandBack, held_size, send_now, unsent_part
 from .connection import SCRATCH_SIZE, Connection
 from .deadlines import ParkTimeoutError
 from .dispatch import Dispatcher, Reply, Status
 from .errors import AppErrorCode, FrameSizeError, NotThriftError, OverloadedError
 from .fastio import poll, recv_frame, recv_into, sendmsg
-from .inline import request_key
+from .inline import InlinePolicy, request_key
 from .inline_calls import InlineCalls, TakenOver
+from .lifetime import Lifetime
 from .memory import MemoryBudget
 from .metrics import ServerState
 from .options import ServerOptions
-from .peers import FAIR_SHARE, PeerShare
+from .peers import FAIR_SHARE
 from .states import Event, State
-from .throttle import LogThrottle
 from .unixsock import UnixListener
 from .workers import STALL_SECS, WorkerPool
 
@@ -78,74 +81,69 @@ _MAX_EVENTS = 1024
 _IOV_BATCH = 64
 
 
-class Selector(InlineCalls):
-    """The selector thread's loop and all it does to sockets on a call's path. Its
-    bases: :class:`~.inline_calls.InlineCalls` runs calls in this thread;
-    :class:`~.lifetime.Lifetime` accepts, shakes hands, sweeps, drains and closes;
-    :class:`~.completion.Completion` is the workers' way back."""
+class Selector:
+    """The selector thread's loop and all it does to sockets on a call's path. It
+    holds :attr:`back` (:class:`~.completion.HandBack`, the workers' way back),
+    :attr:`pool` (the workers), :attr:`life` (:class:`~.lifetime.Lifetime`: accept,
+    handshake, sweep, drain, close) and :attr:`inline`
+    (:class:`~.inline_calls.InlineCalls`: calls run in this thread)."""
 
     def __init__(self, listener: socket.socket, dispatcher: Dispatcher,
                  options: ServerOptions, budget: MemoryBudget, state: ServerState,
                  unix: UnixListener | None = None) -> None:
-        super().__init__(dispatcher, budget, options.max_unsent_reply_bytes,
-                         inline_calls=options.inline_calls)
         self.options = options
-        self._listener = listener
-        self._unix = unix
-        self._paused_listeners: list[socket.socket] = []
-        #: TLS connections with decrypted bytes waiting in the TLS layer, which epoll
-        #: cannot report (tls.py): read on the next pass without waiting.
-        self._tls_ready: list[Connection] = []
+        self.dispatcher = dispatcher
+        self._budget = budget
         self._state = state
+        #: Which methods are fast enough for this thread to run itself (inline.py);
+        #: workers time every call for it.
+        self.policy = InlinePolicy(enabled=options.inline_calls)
+        self.back = HandBack(dispatcher, self.policy, budget, options.max_unsent_reply_bytes)
         # Watched: the selector checks for stalled handlers (see workers.py).
         self.pool = WorkerPool(options.worker_threads, options.worker_queue_size,
-                               self.run_task, watched=True)
-        #: When the grace period of a stop ends (set by Server.stop with stop_requested).
+                               self.back.run_task, watched=True)
+        self.life = Lifetime(listener, unix, options, budget, state, self.back, self.pool,
+                             self._drop_output)
+        self.inline = InlineCalls(dispatcher, self.policy, self.back, self.pool, state,
+                                  self._book, self._lead)
+        # Bound once: the paths that close a connection or change its interest call
+        # them as often as before the split, without a hop to ``life``.
+        self._close = self.life.close
+        self._really_close = self.life.really_close
+        self._set_interest = self.life.set_interest
+        #: When the grace period of a stop ends (set by request_stop).
         self.stop_deadline = 0.0
-        #: Each client address's open connections and requests in the pool (peers.py).
-        self.per_peer: dict[str, PeerShare] = {}
-        self._per_peer_limit = options.per_peer_limit
-        self._refusal_log = LogThrottle()
-        #: The connections holding reply bytes (``unsent_bytes``), oldest first.
-        self._writers: dict[Connection, None] = {}
+        #: TLS connections with decrypted bytes waiting in the TLS layer, which epoll
+        #: cannot report (tls.py): read on the next pass without waiting.
+        self._tls_ready: list[Channel] = []
+        #: The channels holding reply bytes (``back.unsent_bytes``), oldest first.
+        self._writers: dict[Channel, None] = {}
         #: Complete frames read this pass, submitted at its end (an attribute, not a
-        #: local: a thread taking over the loop carries on with it, see _take_over).
-        self._batch: list[tuple[Connection, Any]] = []
-        # Inline calls (declared and explained in inline_calls.py).
-        self._inline_since = 0.0
-        self._inline_batch = []
-        self.inline_calls = 0
-        self._watch = None
-        self._claim = []
-        self._leaders = 1
-        self._leader_tid = 0
+        #: local: a thread taking over the loop carries on with it, see
+        #: ``InlineCalls._take_over``).
+        self._batch: list[tuple[Channel, Any]] = []
+        self._scratch = memoryview(bytearray(4 + SCRATCH_SIZE))
         self._draining = False
         self._all_done = threading.Event()
 
+    @property
+    def stop_requested(self) -> bool:
+        """Whether :meth:`request_stop` was called."""
+        return self.back.stop_requested
+
+    def request_stop(self, deadline: float) -> None:
+        """Stop accepting, drain until ``deadline`` (time.monotonic()), then close
+        everything. Safe from any thread and more than once (the first deadline holds)."""
+        back = self.back
+        if not back.stop_requested:
+            self.stop_deadline = deadline
+            back.stop_requested = True
+        back.wakeup.force()
+
     def run(self) -> None:
         """Serve until stopped. Returns once the loop has ended and everything is
-        closed, in whichever thread the loop ended (see :meth:`_take_over`)."""
-        listener = self._listener
-        ep = select.epoll()
-        self._ep = ep
-        self._listen_fd = listener.fileno()
-        ep.register(self._listen_fd, _EPOLLIN)
-        self._unix_fd = -1
-        if self._unix is not None:
-            self._unix_fd = self._unix.sock.fileno()
-            ep.register(self._unix_fd, _EPOLLIN)
-        ep.register(self.wakeup.fileno(), _EPOLLIN)
-        self._conns: dict[int, Connection] = {}
-        self._scratch = memoryview(bytearray(4 + SCRATCH_SIZE))
-        opts = self.options
-        self._timeouts = [t for t in (opts.idle_timeout, opts.frame_read_timeout,
-                                      opts.write_timeout, opts.first_request_timeout,
-                                      opts.park_timeout) if t]
-        if opts.min_frame_rate:
-            self._timeouts.append(opts.frame_rate_grace or 1.0)
-        self._sweep_every = min([0.5] + [t / 4 for t in self._timeouts])
-        self._lingering = 0
-        self._listener_paused_until = 0.0
+        closed, in whichever thread the loop ended (see ``InlineCalls._take_over``)."""
+        self.life.open().register(self.back.wakeup.fileno(), _EPOLLIN)
         self._lead()
         # Taken over: the loop goes on in another thread. Return when it has ended,
         # as the caller (Server._serve) expects.
@@ -154,7 +152,7 @@ class Selector(InlineCalls):
     def _lead(self) -> None:
         """Run the loop in this thread until the server stops (then close everything)
         or another thread takes it over."""
-        self._leader_tid = threading.get_native_id()
+        self.inline.leader_tid = threading.get_native_id()
         try:
             self._loop()
         except TakenOver:
@@ -163,25 +161,27 @@ class Selector(InlineCalls):
             self._all_done.set()
             raise
         try:
-            self._finish(self._ep)
+            self.life.finish(self.stop_deadline)
         finally:
-            if self._watch is not None:
-                self._watch.stop()
+            self.inline.stop_watch()
             self._all_done.set()
 
     def _loop(self) -> None:  # noqa: C901 - the hot path is kept in one frame on purpose
-        listener = self._listener
-        wakeup = self.wakeup
+        life = self.life
+        back = self.back
+        listener = life.listener
+        unix = life.unix
+        wakeup = back.wakeup
         pool = self.pool
-        ep = self._ep
-        listen_fd = self._listen_fd
+        ep = life.ep
+        listen_fd = listener.fileno()
         wake_fd = wakeup.fileno()
-        unix_fd = self._unix_fd
-        conns = self._conns
-        done = self.done
+        unix_fd = unix.sock.fileno() if unix is not None else -1
+        conns = life.conns
+        done = back.done
         budget = self._budget
-        timeouts = self._timeouts
-        sweep_every = self._sweep_every
+        timeouts = life.timeouts
+        sweep_every = life.sweep_every
         next_sweep = time.monotonic() + sweep_every
         batch = self._batch
         now = time.monotonic()
@@ -195,7 +195,7 @@ class Selector(InlineCalls):
                 timeout = 0.0
             elif self._draining:
                 timeout = min(0.1, max(0.0, self.stop_deadline - time.monotonic()))
-            elif (conns and timeouts) or self._lingering or self._listener_paused_until:
+            elif (conns and timeouts) or life.lingering or life.paused_until:
                 timeout = max(0.0, next_sweep - time.monotonic())
             else:
                 timeout = -1
@@ -215,19 +215,19 @@ class Selector(InlineCalls):
                 self._complete(done, now, batch)
 
             for fd, mask in events:
-                conn = conns.get(fd)
-                if conn is not None:
-                    st = conn.state
+                ch = conns.get(fd)
+                if ch is not None:
+                    st = ch.conn.state
                     if st is _READING_HEADER or st is _READING_FRAME:
-                        self._read(conn, now, batch)    # the common event, one call less
-                        if conn.tls is not None:
-                            self._tls_check_pending(conn)
+                        self._read(ch, now, batch)    # the common event, one call less
+                        if ch.tls is not None:
+                            self._tls_check_pending(ch)
                     else:
-                        self._on_event(conn, mask, now, batch)
+                        self._on_event(ch, mask, now, batch)
                 elif fd == listen_fd:
-                    self._accept(listener, now)
-                elif fd == unix_fd and self._unix is not None:
-                    self._accept(self._unix.sock, now)
+                    life.accept(listener, now)
+                elif fd == unix_fd and unix is not None:
+                    life.accept(unix.sock, now)
                 elif fd == wake_fd:
                     wakeup.drain()
 
@@ -242,32 +242,33 @@ class Selector(InlineCalls):
 
             if now >= next_sweep:
                 next_sweep = now + sweep_every
-                self._sweep(now)
+                life.sweep(now, back.stop_requested, self._refuse)
 
-            if self.stop_requested:
+            if back.stop_requested:
                 if not self._draining:
                     self._draining = True
-                    self._begin_drain()
+                    life.begin_drain(self.stop_deadline)
                 if not conns or now >= self.stop_deadline:
                     break
 
     def _complete(self, done: deque[Any], now: float,
-                  batch: list[tuple[Connection, Any]]) -> None:
+                  batch: list[tuple[Channel, Any]]) -> None:
         """Book the outcomes workers queued: release frames, move connections on."""
-        stopping = self.stop_requested
+        stopping = self.back.stop_requested
         booked = 0
         for _ in range(min(len(done), _MAX_COMPLETIONS_PER_PASS)):
-            conn, unsent, status, replied = done.popleft()
-            booked += self._book(conn, unsent, status, replied, now, batch, stopping)
+            ch, unsent, status, replied = done.popleft()
+            booked += self._book(ch, unsent, status, replied, now, batch, stopping)
         if booked:
             # After _hold_output has counted (or refused) them: a waiting worker then
             # sees the held total, not a moment with the bytes counted nowhere.
-            self.booked_unsent(booked)
+            self.back.booked_unsent(booked)
 
-    def _book(self, conn: Connection, unsent: Any, status: Status, replied: bool,
-              now: float, batch: list[tuple[Connection, Any]], stopping: bool) -> int:
+    def _book(self, ch: Channel, unsent: Any, status: Status, replied: bool,
+              now: float, batch: list[tuple[Channel, Any]], stopping: bool) -> int:
         """Book one request's outcome (from a worker or an inline call): release its
         frame and move its connection on. Returns the unsent reply bytes it held."""
+        conn = ch.conn
         conn.share.busy -= 1
         state = self._state
         size = 0
@@ -278,147 +279,153 @@ class Selector(InlineCalls):
             state.requests_failed += 1
         if conn.state is _CLOSED:
             return size  # closed at stop
-        if replied and not unsent and status is not _CLOSE and not conn.peer_gone \
+        if replied and not unsent and status is not _CLOSE and not ch.peer_gone \
                 and not conn.closing and not stopping:
             # The common case: the whole reply went out. What _reply_sent does, in one
             # step.
             conn.answered()
             conn.last_activity = now
-            if conn.leftover or conn.interest != _EPOLLIN:
-                self._resume_reading(conn, now, batch)
+            if conn.leftover or ch.interest != _EPOLLIN:
+                self._resume_reading(ch, now, batch)
             return size
         conn.request_done()
         if status is Status.CLOSE or unsent is WRITE_FAILED or \
-                (conn.peer_gone and not unsent):
-            self._really_close(conn, "write failed" if unsent is WRITE_FAILED else None)
+                (ch.peer_gone and not unsent):
+            self._really_close(ch, "write failed" if unsent is WRITE_FAILED else None)
             return size
         if not replied:
             conn.advance(Event.NO_REPLY)
-            self._resume_reading(conn, now, batch)
+            self._resume_reading(ch, now, batch)
             return size
         conn.advance(Event.REPLY_READY)
         if unsent:
-            self._hold_output(conn, unsent, now, size)
+            self._hold_output(ch, unsent, now, size)
         else:
-            self._reply_sent(conn, now, batch)
+            self._reply_sent(ch, now, batch)
         return size
 
     # ----------------------------------------------------------------- events
 
-    def _on_event(self, conn: Connection, mask: int, now: float,
-                  batch: list[tuple[Connection, Any]]) -> None:
-        st = conn.state
+    def _on_event(self, ch: Channel, mask: int, now: float,
+                  batch: list[tuple[Channel, Any]]) -> None:
+        st = ch.conn.state
         if st is State.READING_HEADER or st is State.READING_FRAME:
-            self._read(conn, now, batch)
-        elif st is State.WRITING or (st is State.LINGERING and conn.out):
+            self._read(ch, now, batch)
+        elif st is State.WRITING or (st is State.LINGERING and ch.out):
             if mask & _EPOLL_FAIL and not mask & _EPOLLOUT:
-                self._close(conn, "connection failed while writing the reply")
+                self._close(ch, "connection failed while writing the reply")
             else:
-                self._flush(conn, now, batch)
+                self._flush(ch, now, batch)
         elif st is State.LINGERING:
-            self._discard(conn, now)
+            self.life.discard(ch, now)
         elif st is State.HANDSHAKING:
-            self._handshake(conn, now)
+            if self.life.handshake(ch, now):
+                self._tls_check_pending(ch)
         else:
             # PROCESSING or AWAITING_MEMORY: we are not reading. The kernel told us about
             # a pipelined frame or an EOF; stop listening until we want to read again.
             if mask & _EPOLL_FAIL:
-                conn.peer_gone = True
-            self._set_interest(conn, 0)
+                ch.peer_gone = True
+            self._set_interest(ch, 0)
 
-    def _read(self, conn: Connection, now: float,
-              batch: list[tuple[Connection, Any]]) -> None:
+    def _read(self, ch: Channel, now: float,
+              batch: list[tuple[Channel, Any]]) -> None:
+        conn = ch.conn
         try:
             if conn.state is _READING_HEADER:
                 limit = conn.header_read_limit()
-                n, body = recv_frame(conn.io, self._scratch, limit)
+                n, body = recv_frame(ch.io, self._scratch, limit)
                 if n == 0:
-                    self._eof(conn)
+                    self._eof(ch)
                     return
                 conn.last_activity = now
                 if not conn.hdr:
                     conn.frame_started = now
                 if body is not None and conn.whole_frame(body) is _FRAME_COMPLETE:
                     conn.fresh = False
-                    batch.append((conn, body))
+                    batch.append((ch, body))
                     return
                 data = self._scratch[:n]
                 if conn.unframed_compact is not None and \
                         conn.whole_message(data) is _FRAME_COMPLETE:
                     conn.fresh = False
-                    batch.append((conn, conn.frame))
+                    batch.append((ch, conn.frame))
                     return
                 event = conn.received(data)
                 if event is _FRAME_COMPLETE:
                     conn.fresh = False
-                    batch.append((conn, conn.frame))
+                    batch.append((ch, conn.frame))
                     return
                 if event is Event.FRAME_ADMITTED:
                     # A short read left the socket dry: the buffer grows when the kernel
                     # says more came, so a client that declares a frame and sends nothing
                     # holds nothing.
-                    if n < limit or not self._fill(conn, now):
+                    if n < limit or not self._fill(ch, now):
                         return
                     event = Event.FRAME_COMPLETE
                 if event is not None:
-                    self._after_header(conn, event, now, batch)
+                    self._after_header(ch, event, now, batch)
             else:
-                if self._fill(conn, now):
-                    self._after_header(conn, Event.FRAME_COMPLETE, now, batch)
+                if self._fill(ch, now):
+                    self._after_header(ch, Event.FRAME_COMPLETE, now, batch)
                 else:
                     conn.last_activity = now
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            self._close(conn, f"read failed: {exc}")
+            self._close(ch, f"read failed: {exc}")
 
-    def _fill(self, conn: Connection, now: float) -> bool:
+    def _fill(self, ch: Channel, now: float) -> bool:
         """Read into the frame buffer until it is complete (True), the socket is dry or
         the frame parks for memory. Raises OSError on a connection error; closes on EOF
         (returns False)."""
+        conn = ch.conn
         while conn.state is State.READING_FRAME:
             view = conn.frame_view()
             if view is None:
-                self._parked(conn, now)
+                self._parked(ch, now)
                 return False
             try:
-                n = recv_into(conn.io, view)
+                n = recv_into(ch.io, view)
             except (BlockingIOError, InterruptedError):
                 return False
             finally:
                 view.release()   # the buffer may have to grow before the next read
             if n == 0:
-                self._eof(conn)
+                self._eof(ch)
                 return False
             if conn.frame_bytes_received(n):
                 return True
         return False
 
-    def _after_header(self, conn: Connection, event: Event, now: float,
-                      batch: list[tuple[Connection, Any]]) -> None:
+    def _after_header(self, ch: Channel, event: Event, now: float,
+                      batch: list[tuple[Channel, Any]]) -> None:
         if event is Event.FRAME_COMPLETE:
-            conn.fresh = False
-            batch.append((conn, conn.frame))
+            ch.conn.fresh = False
+            batch.append((ch, ch.conn.frame))
         elif event is Event.REFUSED:
-            self._refuse(conn, now)
+            self._refuse(ch, now)
 
-    def _parked(self, conn: Connection, now: float) -> None:
+    def _parked(self, ch: Channel, now: float) -> None:
         # Not polled while parked: a level-triggered socket with data would spin.
+        conn = ch.conn
         conn.parked_at = now
-        self._set_interest(conn, 0)
+        self._set_interest(ch, 0)
         log.debug("frame_parked", peer=conn.peer, size=conn.size, received=conn.pos,
                   reserved=self._budget.reserved, budget=self._budget.capacity)
 
-    def _eof(self, conn: Connection) -> None:
+    def _eof(self, ch: Channel) -> None:
+        conn = ch.conn
         if conn.mid_frame:
-            self._close(conn, f"client closed the connection mid-frame "
-                              f"({conn.pos} of {conn.size} bytes received)")
+            self._close(ch, f"client closed the connection mid-frame "
+                            f"({conn.pos} of {conn.size} bytes received)")
         else:
-            self._close(conn)
+            self._close(ch)
 
-    def _refuse(self, conn: Connection, now: float) -> None:
+    def _refuse(self, ch: Channel, now: float) -> None:
         """A frame length we will not accept: log it, tell the client if it can read
         a Thrift reply, then linger-close."""
+        conn = ch.conn
         error = conn.refusal
         self._state.frames_refused += 1
         reply = None
@@ -433,30 +440,30 @@ class Selector(InlineCalls):
             log.warning("not_framed_thrift", peer=conn.peer, detected=error.kind,
                         first_bytes=error.first_bytes.hex(), effect="connection closed")
         if reply is None:
-            self._close(conn)
+            self._close(ch)
             return
         conn.closing = True
-        self._queue_output(conn, reply, now)
-        if not conn.out and conn.state is State.LINGERING:
-            self._start_linger(conn, now)
+        self._queue_output(ch, reply, now)
+        if not ch.out and conn.state is State.LINGERING:
+            self.life.start_linger(ch, now)
 
     # ----------------------------------------------------------------- submit
 
-    def _submit(self, batch: list[tuple[Connection, Any]], now: float) -> None:
+    def _submit(self, batch: list[tuple[Channel, Any]], now: float) -> None:
         pool = self.pool
         tasks = batch[:]
         batch.clear()  # overload replies may complete pipelined frames: next pass's batch
         inline_keys = self.policy.inline
-        inline: list[tuple[Connection, Any, bytes]] = []
+        inline: list[tuple[Channel, Any, bytes]] = []
         if inline_keys:
             queued = []
-            for conn, frame in tasks:
+            for ch, frame in tasks:
                 key = request_key(frame)
                 if key in inline_keys:
-                    inline.append((conn, frame, key))
-                    conn.share.busy += 1
+                    inline.append((ch, frame, key))
+                    ch.conn.share.busy += 1
                 else:
-                    queued.append((conn, frame))
+                    queued.append((ch, frame))
             tasks = queued
         room = max(pool.room(), 0)
         over = tasks[room:] if len(tasks) > room else ()
@@ -464,23 +471,24 @@ class Selector(InlineCalls):
             del tasks[room:]
         if tasks:
             # Addresses with few requests in the pool go ahead of busy ones (peers.py).
-            ahead: list[tuple[Connection, Any]] = []
-            behind: list[tuple[Connection, Any]] = []
+            ahead: list[tuple[Channel, Any]] = []
+            behind: list[tuple[Channel, Any]] = []
             for task in tasks:
-                share = task[0].share
+                share = task[0].conn.share
                 (ahead if share.busy < _FAIR_SHARE else behind).append(task)
                 share.busy += 1
             self._state.requests_submitted += len(tasks)
             pool.submit_many(behind, wake=False, ahead=ahead)   # woken by the next poll
-        for conn, frame in over:
-            self._overloaded(conn, frame, now, batch)
+        for ch, frame in over:
+            self._overloaded(ch, frame, now, batch)
         if inline:
             self._state.requests_submitted += len(inline)
-            self._run_inline(inline, now, batch)
+            self.inline.run(inline, now, batch, self.back.stop_requested)
 
-    def _overloaded(self, conn: Connection, frame: Any, now: float,
-                    batch: list[tuple[Connection, Any]]) -> None:
+    def _overloaded(self, ch: Channel, frame: Any, now: float,
+                    batch: list[tuple[Channel, Any]]) -> None:
         pool = self.pool
+        conn = ch.conn
         self._state.requests_overloaded += 1
         error = OverloadedError(pool.depth, pool.queue_size)
         reply = self.dispatcher.overload_reply(frame, str(error))
@@ -491,124 +499,127 @@ class Selector(InlineCalls):
         conn.advance(Event.OVERLOADED)
         if reply is None:
             conn.advance(Event.REPLY_SENT)
-            self._resume_reading(conn, now, batch)
+            self._resume_reading(ch, now, batch)
         else:
-            self._write(conn, reply, now, batch)
+            self._write(ch, reply, now, batch)
 
     # ----------------------------------------------------------------- writing
 
-    def _write(self, conn: Connection, payload: Reply, now: float,
-               batch: list[tuple[Connection, Any]]) -> None:
-        self._queue_output(conn, payload, now)
-        if not conn.out and conn.state is not State.CLOSED:
-            self._reply_sent(conn, now, batch)
+    def _write(self, ch: Channel, payload: Reply, now: float,
+               batch: list[tuple[Channel, Any]]) -> None:
+        self._queue_output(ch, payload, now)
+        if not ch.out and ch.conn.state is not State.CLOSED:
+            self._reply_sent(ch, now, batch)
 
-    def _queue_output(self, conn: Connection, payload: Reply, now: float) -> None:
+    def _queue_output(self, ch: Channel, payload: Reply, now: float) -> None:
         """Try to send a framed payload at once; keep what the socket did not take."""
-        unsent = send_now(conn.io, payload)
+        unsent = send_now(ch.io, payload)
         if unsent is WRITE_FAILED:
-            conn.closing = True
-            self._close(conn, "write failed: the client is gone")
+            ch.conn.closing = True
+            self._close(ch, "write failed: the client is gone")
         elif unsent:
-            self._hold_output(conn, unsent, now)
+            self._hold_output(ch, unsent, now)
 
-    def _hold_output(self, conn: Connection, unsent: list[Any], now: float,
+    def _hold_output(self, ch: Channel, unsent: list[Any], now: float,
                      size: int = 0) -> None:
         """Keep a reply the socket did not take, counted against max_unsent_reply_bytes;
         past the cap, close the connections that have held theirs longest. ``size``:
         the bytes ``unsent`` holds (:func:`held_size`), when the caller knows them."""
-        conn.out = unsent
-        conn.write_started = now
+        back = self.back
+        ch.out = unsent
+        ch.conn.write_started = now
         size = size or held_size(unsent)
-        conn.out_size = size
-        self.unsent_bytes += size
-        self._writers[conn] = None
-        self._set_interest(conn, _EPOLLOUT)
+        ch.out_size = size
+        back.unsent_bytes += size
+        self._writers[ch] = None
+        self._set_interest(ch, _EPOLLOUT)
         cap = self.options.max_unsent_reply_bytes
-        while self.unsent_bytes > cap:
+        while back.unsent_bytes > cap:
             oldest = next(iter(self._writers))
-            if oldest is conn:
+            if oldest is ch:
                 break    # one reply alone may exceed the cap: it is what was asked for
             self._state.timeouts += 1
             self._close(oldest, f"reply bytes waiting for slow clients passed "
                                 f"max_unsent_reply_bytes ({cap}); this client's had waited "
-                                f"longest ({now - oldest.write_started:.1f}s)")
+                                f"longest ({now - oldest.conn.write_started:.1f}s)")
 
-    def _drop_output(self, conn: Connection) -> None:
+    def _drop_output(self, ch: Channel) -> None:
         """The reply went out, or the connection closed: forget what it held."""
-        conn.out = []
-        if conn.out_size:
-            self.unsent_bytes -= conn.out_size
-            conn.out_size = 0
-            self._writers.pop(conn, None)
+        ch.out = []
+        if ch.out_size:
+            self.back.unsent_bytes -= ch.out_size
+            ch.out_size = 0
+            self._writers.pop(ch, None)
 
-    def _flush(self, conn: Connection, now: float,
-               batch: list[tuple[Connection, Any]]) -> None:
+    def _flush(self, ch: Channel, now: float,
+               batch: list[tuple[Channel, Any]]) -> None:
         try:
-            while conn.out:
-                sent = sendmsg(conn.io, conn.out[:_IOV_BATCH])
-                conn.out = unsent_part(conn.out, sent)
-                if conn.out:
+            while ch.out:
+                sent = sendmsg(ch.io, ch.out[:_IOV_BATCH])
+                ch.out = unsent_part(ch.out, sent)
+                if ch.out:
                     return
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            self._close(conn, f"write failed: {exc}")
+            self._close(ch, f"write failed: {exc}")
             return
-        self._drop_output(conn)
-        if conn.state is State.LINGERING:
-            self._start_linger(conn, now)
+        self._drop_output(ch)
+        if ch.conn.state is State.LINGERING:
+            self.life.start_linger(ch, now)
         else:
-            self._reply_sent(conn, now, batch)
+            self._reply_sent(ch, now, batch)
 
-    def _reply_sent(self, conn: Connection, now: float,
-                    batch: list[tuple[Connection, Any]]) -> None:
+    def _reply_sent(self, ch: Channel, now: float,
+                    batch: list[tuple[Channel, Any]]) -> None:
+        conn = ch.conn
         if conn.closing:
             if conn.state is State.LINGERING:
-                self._start_linger(conn, now)
+                self.life.start_linger(ch, now)
             else:
-                self._close(conn)
+                self._close(ch)
             return
         conn.advance(Event.REPLY_SENT)
         conn.last_activity = now
-        if self.stop_requested:
-            self._close(conn)
+        if self.back.stop_requested:
+            self._close(ch)
             return
-        self._resume_reading(conn, now, batch)
+        self._resume_reading(ch, now, batch)
 
-    def _resume_reading(self, conn: Connection, now: float,
-                        batch: list[tuple[Connection, Any]]) -> None:
+    def _resume_reading(self, ch: Channel, now: float,
+                        batch: list[tuple[Channel, Any]]) -> None:
         """Back in READING_HEADER: first any bytes already read past the last frame."""
+        conn = ch.conn
         conn.last_activity = now
         if conn.leftover:
             data, conn.leftover = conn.leftover, b""
             conn.frame_started = now
             event = conn.received(data, reserved=True)
             if event is Event.FRAME_COMPLETE or event is Event.REFUSED:
-                self._after_header(conn, event, now, batch)
+                self._after_header(ch, event, now, batch)
                 return
-        if conn.interest != _EPOLLIN:
-            self._set_interest(conn, _EPOLLIN)
-        if conn.tls is not None:
-            self._tls_check_pending(conn)
+        if ch.interest != _EPOLLIN:
+            self._set_interest(ch, _EPOLLIN)
+        if ch.tls is not None:
+            self._tls_check_pending(ch)
 
     # ----------------------------------------------------------------- TLS
 
-    def _tls_check_pending(self, conn: Connection) -> None:
-        st = conn.state
-        # conn.io: ssl's C object (or the TLSStream), whose pending() is the same.
-        io: Any = conn.io
+    def _tls_check_pending(self, ch: Channel) -> None:
+        st = ch.conn.state
+        # ch.io: ssl's C object (or the TLSStream), whose pending() is the same.
+        io: Any = ch.io
         if (st is _READING_HEADER or st is _READING_FRAME) and io.pending():
-            self._tls_ready.append(conn)
+            self._tls_ready.append(ch)
 
-    def _read_tls_ready(self, now: float, batch: list[tuple[Connection, Any]]) -> None:
+    def _read_tls_ready(self, now: float, batch: list[tuple[Channel, Any]]) -> None:
         ready, self._tls_ready = self._tls_ready, []
-        for conn in ready:
-            st = conn.state
+        for ch in ready:
+            st = ch.conn.state
             if st is _READING_HEADER or st is _READING_FRAME:
-                self._read(conn, now, batch)
-                if conn.tls is not None:
-                    self._tls_check_pending(conn)
+                self._read(ch, now, batch)
+                if ch.tls is not None:
+                    self._tls_check_pending(ch)
 
     # ----------------------------------------------------------------- memory
 
@@ -625,6 +636,7 @@ class Selector(InlineCalls):
                      budget=budget.capacity, parked=budget.parked,
                      reason="every reserved byte belonged to a frame waiting for more; "
                             "the oldest was admitted over the budget so one can finish")
+        channel_of = self.life.channel_of
         for conn in admitted:
             assert isinstance(conn, Connection)
             # Waiting for memory was our doing, not theirs: the frame's clocks pause for
@@ -632,19 +644,4 @@ class Selector(InlineCalls):
             waited = now - conn.parked_at
             conn.frame_started += waited
             conn.opened_at += waited
-            self._set_interest(conn, _EPOLLIN)
-
-    # ----------------------------------------------------------------- closing
-
-    def _close(self, conn: Connection, reason: str | None = None) -> None:
-        if conn.state is State.CLOSED:
-            return
-        if conn.state is State.PROCESSING:
-            # A worker still holds the frame: release when its outcome comes back.
-            conn.peer_gone = True
-            self._set_interest(conn, 0)
-            if reason:
-                log.info("client_gone_mid_call", peer=conn.peer, reason=reason)
-            return
-        self._really_close(conn, reason)
-
+            self._set_interest(channel_of[conn], _EPOLLIN)

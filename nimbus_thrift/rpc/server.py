@@ -3,8 +3,8 @@ one with :func:`~nimbus_thrift.rpc.make.make_server`.
 
 A half-sync/half-async design: one selector thread does all socket I/O (selector.py)
 and a worker pool runs handlers (workers.py); a worker writes the reply it produced and
-queues the outcome back to the selector (completion.py). This module only builds them,
-runs the selector on its thread and stops it.
+queues the outcome back to the selector (completion.py's HandBack). This module only
+builds them, runs the selector on its thread and stops it.
 """
 
 from __future__ import annotations
@@ -116,10 +116,7 @@ class Server:
         selector = self._selector
         if selector is None:
             return
-        if not selector.stop_requested:
-            selector.stop_deadline = time.monotonic() + max(0.0, grace)
-            selector.stop_requested = True
-        selector.wakeup.force()
+        selector.request_stop(time.monotonic() + max(0.0, grace))
         if threading.current_thread() is self._thread or self._thread is None:
             return  # serve_forever's caller (or a signal handler in its thread) returns
         self._stopped.wait(max(0.0, grace) + 5.0)
@@ -137,7 +134,7 @@ class Server:
         selector = self._selector
         # Outcomes workers queued but the selector has not booked yet (it is woken only
         # when it has work to do) count as completed already.
-        pending = list(selector.done) if selector is not None else []
+        pending = list(selector.back.done) if selector is not None else []
         completed = st.requests_completed + len(pending)
         failed = st.requests_failed + sum(1 for item in pending if item[2] >= Status.FAILED)
         return MetricsSnapshot(
@@ -156,11 +153,11 @@ class Server:
             requests_overloaded=st.requests_overloaded,
             queue_depth=selector.pool.depth if selector is not None else 0,
             timeouts=st.timeouts,
-            unsent_reply_bytes=selector.unsent_bytes if selector is not None else 0,
+            unsent_reply_bytes=selector.back.unsent_bytes if selector is not None else 0,
             read_budget_overcommits=self._budget.overcommits,
             tls_handshakes=st.tls_handshakes,
             tls_handshakes_failed=st.tls_handshakes_failed,
-            requests_inline=selector.inline_calls if selector is not None else 0,
+            requests_inline=selector.inline.calls_run if selector is not None else 0,
             selector_takeovers=st.selector_takeovers,
         )
 
