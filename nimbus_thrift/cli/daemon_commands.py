@@ -24,7 +24,8 @@ def nimbus(config_file: Path | None, **flags: Any) -> None:
     """Run the nimbus daemon in the foreground until SIGTERM or Ctrl-C.
 
     Settings come from defaults, then the --config file, then NIMBUS_THRIFT_<SETTING>
-    environment variables (NIMBUS_THRIFT_DATA_DIR, ...), then these flags.
+    environment variables (NIMBUS_THRIFT_DATA_DIR, ...), then these flags; every
+    setting is in docs/configuration.md.
     """
     from ..nimbus import ConfigError, DaemonError, NimbusDaemon, load_config
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,8 +24,9 @@ if TYPE_CHECKING:
 def logging_options(func: Any) -> Any:
     func = click.option("--log-level", type=click.Choice(logs.LEVELS), default="info",
                         show_default=True, envvar="NIMBUS_THRIFT_LOG_LEVEL")(func)
-    func = click.option("--log-format", type=click.Choice(["auto", "console", "json"]),
-                        default="auto", show_default=True, envvar="NIMBUS_THRIFT_LOG_FORMAT",
+    formats = typing.get_args(logs.LogFormat)
+    func = click.option("--log-format", type=click.Choice(formats), default="auto",
+                        show_default=True, envvar="NIMBUS_THRIFT_LOG_FORMAT",
                         help="auto: console on a terminal, JSON otherwise.")(func)
     return func
 

@@ -140,7 +140,7 @@ class Setting:
     """One setting: what the registry knows of it (see the module's docstring)."""
 
     name: str                   #: the field, the YAML key
-    kind: Any                   #: the declared type: int, float (seconds), str, bool, Path, ...
+    kind: Any                   #: the declared type (a float is seconds)
     default: Any                #: the value (computed by default_factory when that is set)
     doc: str                    #: one line: the flag's help and the docs' meaning
     section: str                #: where docs/configuration.md lists it
