@@ -35,9 +35,13 @@ class LogConfigHandler(NimbusHandler):
 
     received: list[tuple[str, Any]] = []
 
-    def setLogConfig(self, name: str, config: Any) -> None:
-        with self._gate("setLogConfig", topology=name) as call:
-            self._readable(call, name)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.setLogConfig = self._record        # instead of the method table's LogCalls
+
+    def _record(self, name: str, config: Any) -> None:
+        with self.access.gate("setLogConfig", topology=name) as call:
+            self.access.permitted(call, name)
             LogConfigHandler.received.append((name, config))
 
 
