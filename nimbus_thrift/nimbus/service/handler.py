@@ -3,21 +3,23 @@ of calls over the daemon's state, a launcher and timers.
 
 ::
 
-    NimbusHandler ── the object the RPC server dispatches to: each IDL method is
-      │              the bound method of the group METHOD_TABLE names for it
-      ├─ groups of calls  topologies (TopologyCalls)    submit, kill, (de)activate,
-      │                                                 rebalance
-      │                   queries (QueryCalls)          Storm 1.x's read-only calls
-      │                   storm2 (StormTwoCalls)        Storm 2.x's summaries, ...
-      │                   logs (LogCalls)               log levels, tuple sampling
-      │                   pages (PageCalls)             the UI's page info
-      │                   blob_calls (BlobCalls)        the blob store
-      │                   transfer_calls (TransferCalls) file uploads and downloads
-      ├─ shared helpers   access (Access)      the gate, topology lookups and ACLs
-      │                   infos (Infos)        the IDL's info structs, structures
-      │                   launching (Launching) launcher calls in each topology's order
-      │                   placement (TopologyBlobs) a topology's blobs
-      └─ on its own       upkeep (Upkeep)      recovery, timers' actions, sweeps
+    NimbusHandler: what the RPC server dispatches to; each IDL method is the bound
+    │              method of the group METHOD_TABLE names for it
+    ├─ groups of calls
+    │    topologies      TopologyCalls   submit, kill, (de)activate, rebalance
+    │    queries         QueryCalls      Storm 1.x's read-only calls
+    │    storm2          StormTwoCalls   Storm 2.x's summaries, lookups, ...
+    │    logs            LogCalls        log levels, tuple sampling
+    │    pages           PageCalls       the UI's page info
+    │    blob_calls      BlobCalls       the blob store
+    │    transfer_calls  TransferCalls   file uploads and downloads
+    ├─ shared helpers
+    │    access          Access          the gate; topology lookups and ACLs
+    │    infos           Infos           the IDL's info structs; decoded structures
+    │    launching       Launching       launcher calls in each topology's order
+    │    placement       TopologyBlobs   a topology's blobs, checked and placed
+    └─ on its own
+         upkeep          Upkeep          recovery, the timers' due actions, sweeps
 
 Each group is given what it uses in its constructor; the handler makes the shared
 state (authorizer, transfers, blob store, locks, background queues, time series) and
@@ -25,7 +27,9 @@ hands it out here, in one place.
 
 Per call, the dispatcher (:mod:`nimbus_thrift.rpc.dispatch`) looks each method up
 once, when the server is made: ``getattr(handler, name)`` is then the group's bound
-method itself, so the table costs a call nothing.
+method itself, so the table costs a call nothing. (So a subclass's method of the same
+name is shadowed: a test that answers a method its own way sets the attribute after
+``__init__``.)
 """
 
 from __future__ import annotations
