@@ -1,3 +1,3 @@
-"""Who may do what: authorization (Storm's ACLs), the audit log, the TLS context, the OS
-user a topology runs as, and rate-limited logging of refusals.
+"""Who may do what: authorization (Storm's ACLs), the audit log, the TLS context and the
+OS user a topology runs as. Refusals are logged through :mod:`nimbus_thrift.rpc.throttle`.
 """

@@ -32,7 +32,7 @@ in memory: a chunk reserves its bytes before it is written), and the free disk a
 must leave. The blob store (:mod:`.blobstore`) counts its blobs and blob uploads in
 the same inbox bytes (:meth:`Transfers.reserve`, :meth:`Transfers.release`): one
 disk quota for everything clients store. A refusal raises :class:`TransferRefused`
-and is logged at most once per peer per :data:`~.ratelog.DEFAULT_INTERVAL_SECS`.
+and is logged at most once per peer per :data:`~nimbus_thrift.rpc.throttle.INTERVAL`.
 
 Shared with blob uploads: the crash-safe file steps (:mod:`.partfiles`), a chunk
 appended within the quota (:meth:`Transfers.store_chunk`), and download sessions
@@ -51,12 +51,12 @@ from typing import Callable
 import structlog
 
 from ...rpc.context import REQUEST
+from ...rpc.throttle import RateLimitedLog
 from ..security.authz import upload_name
 from ..config import (DEFAULT_MAX_DOWNLOADS_PER_PEER, DEFAULT_MAX_INBOX_BYTES,
                      DEFAULT_MAX_UPLOADS_PER_PEER, DEFAULT_MIN_FREE_DISK_BYTES, NimbusConfig)
 from . import partfiles
 from .downloads import Downloads, decrement
-from ..security.ratelog import RateLimitedLog
 from ..state.store import Store, Upload
 
 log = structlog.get_logger(__name__)

@@ -16,11 +16,11 @@ from support.nimbus import FakeClock
 from nimbus_thrift.nimbus.transfers import uploads as transfers_module
 from nimbus_thrift.nimbus.config import (DEFAULT_MAX_DOWNLOADS_PER_PEER,
                                          DEFAULT_MAX_UPLOADS_PER_PEER, load_config)
-from nimbus_thrift.nimbus.security.ratelog import RateLimitedLog
 from nimbus_thrift.nimbus.state.store import Store, TopologyRecord
 from nimbus_thrift.nimbus.transfers.uploads import (TransferError, TransferLimits, TransferRefused,
                                             Transfers, current_peer, peer_address)
 from nimbus_thrift.rpc.context import REQUEST
+from nimbus_thrift.rpc.throttle import RateLimitedLog
 
 EXPIRATION = 600.0
 RETENTION = 3600.0
