@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..rpc.codec.calls import backoff_delays
+from ..rpc.backoff import backoff_delays
 # The server's default frame cap (Apache Thrift's TConfiguration default): a larger
 # frame would be refused anyway, so it is refused here before it is sent. Also the
 # largest reply frame read. Replies decode within the server's own default budget.

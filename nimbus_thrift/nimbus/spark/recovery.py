@@ -16,6 +16,7 @@ from typing import Callable
 
 import structlog
 
+from ...rpc.backoff import Backoff
 from ...runner.rundir import read_untrusted
 from ...runner.spec import RunSpec
 from ..config import NimbusConfig
@@ -33,11 +34,18 @@ MAX_SPEC_BYTES = 8 << 20
 
 #: The first relaunch waits this long after the failure; each next one 4 times longer.
 RESTART_BACKOFF_SECS = 5.0
+RESTART_BACKOFF_FACTOR = 4.0
 #: ... but never longer than this.
 RESTART_BACKOFF_MAX_SECS = 300.0
 #: An application relaunched after a failure that then runs this long has recovered:
 #: its next failure starts the count of restarts again.
 RESTART_RESET_SECS = 600.0
+
+
+def relaunch_backoff(first: float = RESTART_BACKOFF_SECS) -> Backoff:
+    """How long a failed Spark application (a topology's, or a standby dead before it was
+    taken) waits to be started again, ``first`` seconds the first time."""
+    return Backoff(first, RESTART_BACKOFF_FACTOR, RESTART_BACKOFF_MAX_SECS)
 
 
 class Recovery:
@@ -57,7 +65,7 @@ class Recovery:
         self.clock = clock
         self.spawner = spawner
         self.archives = archives
-        self.restart_backoff = restart_backoff
+        self.schedule = relaunch_backoff(restart_backoff)
 
     def check_run(self, run: Run) -> None:
         """One pass of the monitor over ``run`` (whose lock the caller holds): dump the
@@ -79,15 +87,12 @@ class Recovery:
         if not run.restartable(last, self.config):
             return
         if run.next_restart_at is None:
-            run.next_restart_at = (run.died_at or now) + self.backoff(run.restarts)
+            run.next_restart_at = (run.died_at or now) + self.schedule.delay(run.restarts)
         if now >= run.next_restart_at:
             with run.fields_lock:           # status() sees the count and the new process
                 run.last_failure = failure_text(run, last)
                 run.restarts += 1
                 self.respawn(run, reason="restart")
-
-    def backoff(self, restarts: int) -> float:
-        return min(RESTART_BACKOFF_MAX_SECS, self.restart_backoff * 4 ** restarts)
 
     def note_death(self, run: Run) -> None:
         """Record, once, that the JVM is gone, and the failure if it was one (an exit

@@ -22,7 +22,8 @@ Each goes through::
 
 - A standby that dies before it is taken is a failure: the next one starts after a
   back-off that grows 4 times per failure in a row (``backoff`` up to
-  :data:`BACKOFF_MAX_SECS`), and is reset once one gets READY. A warm-up that fails
+  :data:`~.recovery.RESTART_BACKOFF_MAX_SECS`, as a topology's relaunch), and is reset
+  once one gets READY. A warm-up that fails
   every time (no Java, a broken installation) so costs a JVM start every 5 minutes,
   not a loop.
 - A take delays the replacement by ``replace_delay``: on 2 cores a warm-up started at
@@ -42,13 +43,10 @@ from typing import Callable, Generic, Hashable, Mapping, Protocol, TypeVar
 
 import structlog
 
+from .recovery import RESTART_BACKOFF_SECS, relaunch_backoff
+
 log = structlog.get_logger(__name__)
 
-#: After a standby dies untaken, the next starts this much later; 4 times more per
-#: failure in a row.
-BACKOFF_SECS = 5.0
-#: ... but never more than this.
-BACKOFF_MAX_SECS = 300.0
 #: A taken standby is replaced this long after the take: the topology's first batch
 #: takes 1-3 s on a standby, and a warm-up would take a core from it.
 REPLACE_DELAY_SECS = 10.0
@@ -134,20 +132,22 @@ class StandbyPool(Generic[P]):
         room: whether one more standby's memory is free now, given how many are
             alive (called with the pool's lock held: it must not call the pool).
         clock: monotonic seconds.
-        backoff, replace_delay: see :data:`BACKOFF_SECS`, :data:`REPLACE_DELAY_SECS`.
+        backoff: the first wait after a standby died untaken
+            (:func:`.recovery.relaunch_backoff`).
+        replace_delay: see :data:`REPLACE_DELAY_SECS`.
     """
 
     def __init__(self, wanted: int, key: Hashable, spawn: Callable[[], P], *,
                  room: Callable[[int], bool] = lambda held: True,
                  clock: Callable[[], float] = time.monotonic,
-                 backoff: float = BACKOFF_SECS,
+                 backoff: float = RESTART_BACKOFF_SECS,
                  replace_delay: float = REPLACE_DELAY_SECS):
         self.wanted = wanted
         self.key = key
         self.spawn = spawn
         self.room = room
         self.clock = clock
-        self.backoff = backoff
+        self.schedule = relaunch_backoff(backoff)
         self.replace_delay = replace_delay
         self.standbys: list[Standby[P]] = []
         self.failures = 0                   # standbys dead untaken, in a row
@@ -200,7 +200,7 @@ class StandbyPool(Generic[P]):
 
     def _failed(self, now: float) -> None:
         self.failures += 1
-        wait = min(BACKOFF_MAX_SECS, self.backoff * 4 ** (self.failures - 1))
+        wait = self.schedule.delay(self.failures - 1)
         self.next_start = max(self.next_start, now + wait)
 
     def retarget(self, key: Hashable, spawn: Callable[[], P], wanted: int) -> None:

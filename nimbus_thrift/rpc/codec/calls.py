@@ -2,8 +2,8 @@
 bind the arguments to the IDL's names, encode the CALL frame's payload, check a reply
 frame's length before reading it, decode the reply (against the same decoded-size
 budget a server applies to requests: a reply frame cannot become many times its size
-in memory), read a server's frame-size refusal, and the back-off delays between
-connection attempts.
+in memory), and read a server's frame-size refusal. (The back-off delays between
+connection attempts are :func:`nimbus_thrift.rpc.backoff.backoff_delays`.)
 
 No sockets here: the steps are tested byte by byte, and a client brings its own
 transport (:mod:`nimbus_thrift.client` is one). This module may import only from
@@ -21,13 +21,6 @@ from . import binary
 from .decoded import DECODED_SIZE_FLOOR, decoded_size_limit
 from ..errors import DecodeBudgetError, RpcError
 from ..options import DEFAULT_DECODED_SIZE_FACTOR
-
-
-def backoff_delays(attempts: int, initial: float, factor: float,
-                   maximum: float) -> list[float]:
-    """Seconds to wait before attempts 2..``attempts``: ``initial`` times ``factor``
-    to the power of the attempt's index, capped at ``maximum``."""
-    return [min(initial * factor ** i, maximum) for i in range(max(0, attempts - 1))]
 
 
 def bind_args(service: Any, method: str, args: tuple[Any, ...],

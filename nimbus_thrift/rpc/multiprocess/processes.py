@@ -75,7 +75,8 @@ from .handoff import HandoffListener, hand_over, send_end
 from ..methodstats import MethodSnapshot
 from ..metrics import MetricsSnapshot
 from ..options import ServerOptions
-from .supervision import Backoff, ChildState, check_processes, child_options, describe_status
+from .supervision import (ChildState, RestartBackoff, check_processes, child_options,
+                          describe_status)
 
 log = structlog.get_logger(__name__)
 
@@ -122,7 +123,7 @@ class ProcessServer:
         self._stopping_children: list[Child] = []
         #: One fork at a time (see _spawn).
         self._fork_lock = threading.Lock()
-        self._backoff = [Backoff() for _ in range(processes)]
+        self._backoff = [RestartBackoff() for _ in range(processes)]
         #: Slot -> monotonic time its next child may start (after a crash).
         self._restart_at: dict[int, float] = {}
         #: The children's figures, and those of the children gone (children.py).

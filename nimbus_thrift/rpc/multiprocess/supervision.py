@@ -1,6 +1,6 @@
 """The socket-free parts of supervising a multi-process server (rpc/processes.py):
 the options each child gets, the sums of the children's metrics and per-method
-figures, the restart back-off, exit statuses in words and a child's state table (the
+stats, the restart back-off, exit statuses in words and a child's state table (the
 control channel's messages are in rpc/control.py)."""
 
 from __future__ import annotations
@@ -14,18 +14,17 @@ from dataclasses import dataclass
 # Re-exported: the control messages lived here before rpc/control.py.
 from .control import decode_snapshot as decode_snapshot
 from .control import encode_snapshot as encode_snapshot
+from ..backoff import Backoff
 from ..methodstats import OUTCOMES, MethodSnapshot
 from ..metrics import MetricsSnapshot
 from ..options import OptionError, ServerOptions
 
-#: First wait before restarting a child that exited on its own, doubled after each
-#: further exit of the same slot up to RESTART_BACKOFF_MAX: a handler that crashes at
-#: once on every start costs a fork every 10 s, not a busy loop.
-RESTART_BACKOFF_INITIAL = 0.1
-RESTART_BACKOFF_FACTOR = 2.0
-RESTART_BACKOFF_MAX = 10.0
-#: Seconds a child must have served for its slot's back-off to start again from
-#: RESTART_BACKOFF_INITIAL: a crash after that long is not part of a crash loop.
+#: Waits before restarting a child that exited on its own: 0.1 s, doubled after each
+#: further exit of the same slot up to 10 s: a handler that crashes at once on every
+#: start costs a fork every 10 s, not a busy loop.
+RESTART_BACKOFF = Backoff(initial=0.1, factor=2.0, cap=10.0)
+#: Seconds a child must have served for its slot's back-off to start again from its
+#: first wait: a crash after that long is not part of a crash loop.
 RESTART_BACKOFF_RESET = 10.0
 #: Counters that only grow: a child that stopped gracefully hands its last values to
 #: the parent, so the sum does not go back down after a rolling restart. The other
@@ -128,12 +127,11 @@ def describe_status(status: int) -> str:
 
 
 @dataclass
-class Backoff:
-    """When a slot whose child exited may start its next one."""
+class RestartBackoff:
+    """When a slot whose child exited may start its next one: the slot's exits in a row
+    on a :class:`~nimbus_thrift.rpc.backoff.Backoff` schedule."""
 
-    initial: float = RESTART_BACKOFF_INITIAL
-    factor: float = RESTART_BACKOFF_FACTOR
-    cap: float = RESTART_BACKOFF_MAX
+    schedule: Backoff = RESTART_BACKOFF
     reset_after: float = RESTART_BACKOFF_RESET
     failures: int = 0
 
@@ -143,7 +141,7 @@ class Backoff:
         if lived >= self.reset_after:
             self.failures = 0
         self.failures += 1
-        return float(min(self.cap, self.initial * self.factor ** (self.failures - 1)))
+        return self.schedule.delay(self.failures - 1)
 
 
 # ----------------------------------------------------------------- child lifecycle

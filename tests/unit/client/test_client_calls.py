@@ -16,7 +16,6 @@ from nimbus_thrift.idl import NIMBUS_PORT as DEFAULT_PORT
 from nimbus_thrift.rpc import options
 from nimbus_thrift.rpc.codec.calls import (
     UnreadableReply,
-    backoff_delays,
     bind_args,
     check_reply_length,
     decode_reply,
@@ -52,12 +51,6 @@ def test_read_only_methods_are_idl_getters():
 
 
 # --------------------------------------------------------------------------- bytes
-
-
-def test_backoff_doubles_up_to_the_cap():
-    assert backoff_delays(1, 0.1, 2.0, 2.0) == []
-    assert backoff_delays(3, 0.1, 2.0, 2.0) == pytest.approx([0.1, 0.2])
-    assert backoff_delays(7, 0.1, 2.0, 0.5) == pytest.approx([0.1, 0.2, 0.4, 0.5, 0.5, 0.5])
 
 
 def test_bind_args_positional_keyword_and_mixed():

@@ -25,8 +25,9 @@ from nimbus_thrift.rpc.methodstats import BUCKETS, MethodSnapshot, bucket_of
 from nimbus_thrift.rpc.metrics import MetricsSnapshot
 from nimbus_thrift.rpc.options import OptionError, ServerOptions
 from nimbus_thrift.rpc.multiprocess.processes import Child, ProcessServer
+from nimbus_thrift.rpc.backoff import Backoff
 from nimbus_thrift.rpc.server import Server
-from nimbus_thrift.rpc.multiprocess.supervision import (CUMULATIVE_FIELDS, Backoff, ChildState, add_retired,
+from nimbus_thrift.rpc.multiprocess.supervision import (CUMULATIVE_FIELDS, ChildState, RestartBackoff, add_retired,
                                            check_processes, child_options, decode_snapshot,
                                            describe_status, encode_snapshot, sum_snapshots)
 from nimbus_thrift.rpc.multiprocess.supervision import newer_stats, sum_methods
@@ -139,7 +140,7 @@ def test_snapshot_messages_round_trip_and_refuse_the_wrong_answer():
 
 
 def test_backoff_doubles_to_its_cap_and_resets_after_a_long_life():
-    backoff = Backoff(initial=0.1, factor=2.0, cap=0.5, reset_after=10.0)
+    backoff = RestartBackoff(Backoff(initial=0.1, factor=2.0, cap=0.5), reset_after=10.0)
     assert [backoff.after_exit(0.0) for _ in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
     # A child that served longer than reset_after was not part of the crash loop.
     assert backoff.after_exit(10.0) == 0.1
@@ -295,7 +296,7 @@ def test_method_sums_add_outcomes_buckets_and_seconds_and_the_retired():
     assert sum_methods([]) == {}
 
 
-def test_newer_figures_keep_what_a_trimmed_answer_left_out():
+def test_newer_stats_keep_what_a_trimmed_answer_left_out():
     older = {"a": figures(ok=1), "b": figures(ok=2)}
     assert newer_stats(older, {"a": figures(ok=5)}) == {"a": figures(ok=5), "b": figures(ok=2)}
 
