@@ -116,7 +116,7 @@ def component_rows(info: Any) -> list[dict[str, Any]]:
         if specific is not None and specific.bolt is not None:
             executed = specific.bolt.executed.get(":all-time", {})
             # The batch latency, as for spouts below (execute_ms_avg is now the task
-            # time per tuple, see runner/figures.py).
+            # time per tuple, see runner/stats.py).
             latency = specific.bolt.process_ms_avg.get(":all-time", {})
         elif specific is not None and specific.spout is not None:
             executed = specific.spout.acked.get(":all-time", {})
@@ -176,7 +176,7 @@ def info_text(info: Any) -> str:
         lines.append("errors:")
         for component, e in errors[-20:]:
             # An error may carry the traceback's frames in the user's code on the
-            # lines after its message (runner/figures.py): indented under it.
+            # lines after its message (runner/failures.py): indented under it.
             first, *rest = (e.error or "").splitlines() or [""]
             lines.append(f"  [{component}] {first}")
             lines.extend(f"      {line}" for line in rest)

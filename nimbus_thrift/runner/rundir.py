@@ -80,7 +80,7 @@ MAX_CONTROL_BYTES = 64
 #: max_components (1000) components whose ids came in one submit frame (1 MiB), plus
 #: an error of at most :data:`MAX_STATUS_ERROR_CHARS`: under 2 MiB; twice that.
 MAX_STATUS_BYTES = 4 << 20
-#: ``status.json``'s error: the driver writes at most runner/figures.py's
+#: ``status.json``'s error: the driver writes at most runner/failures.py's
 #: MAX_ERROR_TEXT (4000) characters of message and frames; this is twice that.
 MAX_STATUS_ERROR_CHARS = 8000
 #: ``settings.json``: the daemon writes at most log_calls.MAX_LOGGERS (1000) loggers

@@ -32,7 +32,7 @@ from nimbus_thrift.nimbus.security.authz import daemon_principal
 from nimbus_thrift.nimbus.launcher import ComponentStats, RunStatus
 
 REPLY = 2
-#: An error as the Spark launcher reports it since runner/figures.py keeps the frames.
+#: An error as the Spark launcher reports it since runner/failures.py keeps the frames.
 SPLIT_ERROR = ("bolt 'split' (wordcount.components.SplitBolt) raised ValueError in "
                "process(): an empty sentence\n"
                "Traceback (most recent call last; frames in the topology's code):\n"

@@ -1,5 +1,5 @@
 """Bytes tier: ``nimbus-thrift info``'s text for a topology whose error carries the
-traceback's frames in the user's code (runner/figures.py puts them on the lines after
+traceback's frames in the user's code (runner/failures.py puts them on the lines after
 the message): the message on the component's line, each frame indented under it."""
 
 from __future__ import annotations

@@ -224,7 +224,7 @@ def failure_text(run: Run, last: RunState | None) -> str:
     stderr = run.dir.logs / "stderr"
     where = f"{exit_text(run.exit_code)}; see {stderr}"
     if last is not None and last.state == "failed":
-        # The frames in the user's code (runner/figures.py) stay on the lines below.
+        # The frames in the user's code (runner/failures.py) stay on the lines below.
         first, _, frames = error_text(last).partition("\n")
         return f"{first} ({where})" + (f"\n{frames}" if frames else "")
     line = last_stderr_line(stderr, run.dir.root)
@@ -235,7 +235,7 @@ def failure_text(run: Run, last: RunState | None) -> str:
 
 def error_text(last: RunState) -> str:
     """The driver's error: its message (one line, shortened) and, on the lines below, the
-    traceback's frames in the user's code that runner/figures.py kept (bounded there)."""
+    traceback's frames in the user's code that runner/failures.py kept (bounded there)."""
     message, _, frames = (last.error or "the driver reported a failure").partition("\n")
     error = shorten(message, 500)
     if last.error_component and last.error_component not in error:

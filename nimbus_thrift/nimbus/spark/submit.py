@@ -149,7 +149,7 @@ def spark_confs(master: str, run_spec: RunSpec, work_dir: Path, ui_port: int,
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.metricsEnabled": "true",
         # Spark's simplified traceback drops the worker exception's cause, which is
-        # where the frames in the user's code are (runner/figures.py reads them).
+        # where the frames in the user's code are (runner/failures.py reads them).
         "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
     })
     user = user_confs(run_spec)
