@@ -25,7 +25,15 @@ class Backoff:
     def delay(self, n: int) -> float:
         """Seconds to wait after ``n`` + 1 failures in a row (``n`` from 0): the first wait
         is ``initial``."""
-        return float(min(self.initial * self.factor ** n, self.cap))
+        # Grown one step at a time and stopped at the cap: ``factor ** n`` alone is a
+        # float overflow (OverflowError) after about 1,024 failures at a factor of 2,
+        # which a child crash-looping for a few hours reaches, in the supervisor's loop.
+        wait = self.initial
+        for _ in range(max(0, n)):
+            if wait >= self.cap:
+                break
+            wait *= self.factor
+        return float(min(wait, self.cap))
 
     def delays(self, count: int) -> list[float]:
         """The first ``count`` waits (none for ``count`` <= 0)."""

@@ -28,3 +28,12 @@ def test_backoff_doubles_up_to_the_cap():
     assert backoff_delays(1, 0.1, 2.0, 2.0) == []
     assert backoff_delays(3, 0.1, 2.0, 2.0) == pytest.approx([0.1, 0.2])
     assert backoff_delays(7, 0.1, 2.0, 0.5) == pytest.approx([0.1, 0.2, 0.4, 0.5, 0.5, 0.5])
+
+
+def test_a_long_run_of_failures_stays_at_the_cap() -> None:
+    # 2.0 ** 1024 overflows a float: a child that crash-loops for hours must still get
+    # the cap, not an OverflowError in the supervisor's loop.
+    schedule = Backoff(0.1, 2.0, 10.0)
+    assert schedule.delay(1_024) == 10.0
+    assert schedule.delay(100_000) == 10.0
+    assert Backoff(5.0, 4.0, 300.0).delay(600) == 300.0
