@@ -67,7 +67,7 @@ class CalculatorHandler:
 
 def reload_on_hangup(server: object) -> None:
     """Make SIGHUP restart a multi-process server's children one by one (each new one
-    serving before the old one stops; see rpc/processes.py); nothing for one process.
+    serving before the old one stops; see rpc/multiprocess/processes.py); nothing for one process.
     Call it in the main thread."""
     if isinstance(server, ProcessServer):
         reload = server.reload

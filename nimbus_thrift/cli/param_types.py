@@ -10,7 +10,7 @@ import click
 #: Storm's (log4j's) level names; ours map them onto Python's (WARN: WARNING, ...).
 LOG_LEVEL_NAMES = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "FATAL",
                    "CRITICAL", "OFF")
-#: The longest reset timeout the daemon accepts (nimbus/log_calls.py's MAX_RESET_SECS,
+#: The longest reset timeout the daemon accepts (nimbus/service/logs.py's MAX_RESET_SECS,
 #: a year): checked here too, so a typo is refused before anything is sent.
 MAX_LOG_TIMEOUT_SECS = 365 * 86400
 

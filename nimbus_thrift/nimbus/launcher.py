@@ -4,7 +4,7 @@ The handler owns the *desired* state (in SQLite); a launcher owns the processes.
 handler calls a launcher after the desired state is committed, so a launcher failure
 never loses an acknowledged request: it shows up in ``getTopologyInfo`` instead.
 
-The launchers there are, and how the daemon picks one, are in :mod:`.launchers`;
+The launchers there are, and how the daemon picks one, are in :mod:`.launcher_choice`;
 launchers import this module, never the reverse. Only launcher implementations may
 import PySpark.
 """

@@ -8,7 +8,7 @@
                                    for a non-call)  the decoded-size INTERNAL_ERROR
                                                     budget)
 
-The args are decoded against the frame's decoded-size budget (rpc/decoded.py): the
+The args are decoded against the frame's decoded-size budget (rpc/codec/decoded.py): the
 frame's bytes times ``decoded_size_factor``, at least 1 MiB.
 
 Every form of client is served here (forms.py): a framed binary frame arrives as plain

@@ -44,11 +44,11 @@ def make_server(service: ModuleType | Any, handler: object, host: str = "127.0.0
         processes: 1 (the default) is one :class:`Server` in this process; N > 1 is a
             :class:`~nimbus_thrift.rpc.multiprocess.processes.ProcessServer`: a supervising parent
             and N forked children on one shared listening socket, each with its own
-            copy of the handlers (see rpc/processes.py for what that means for their
+            copy of the handlers (see rpc/multiprocess/processes.py for what that means for their
             state) and 1/N of the memory budgets.
         **options: any :class:`~nimbus_thrift.rpc.options.ServerOptions` field, e.g.
             ``transports=("framed",)`` or ``protocols=("binary",)`` to accept fewer
-            forms of client than all (rpc/forms.py).
+            forms of client than all (rpc/codec/forms.py).
 
     Raises:
         OptionError: an unknown option or an invalid value.

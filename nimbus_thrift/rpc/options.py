@@ -103,7 +103,7 @@ DEFAULT_BACKLOG = 1024
 
 #: Memory one request's decoded values may take, as a multiple of its frame's bytes
 #: (never under rpc.decoded.DECODED_SIZE_FLOOR, 1 MiB): decoding is refused with
-#: PROTOCOL_ERROR past it. Real traffic, by rpc/decoded.py's estimates (tracemalloc
+#: PROTOCOL_ERROR past it. Real traffic, by rpc/codec/decoded.py's estimates (tracemalloc
 #: within 15%): uploadChunk and conf strings 1x, getClusterInfo with 50 topologies
 #: 4.4x, wordcount's submitTopology 7x, getTopologyInfo (stats maps keyed by struct)
 #: 9.6x; 1 MiB of empty JavaObjectArgs 136x. 16 leaves room above the densest real
@@ -111,7 +111,7 @@ DEFAULT_BACKLOG = 1024
 DEFAULT_DECODED_SIZE_FACTOR = 16
 
 #: The transports a server can tell apart on one port, from each connection's first
-#: bytes (rpc/forms.py): all are accepted unless ``transports=`` says otherwise.
+#: bytes (rpc/codec/forms.py): all are accepted unless ``transports=`` says otherwise.
 TRANSPORTS = ("framed", "unframed", "header")
 #: The protocols likewise (THeader frames carry one of them too).
 PROTOCOLS = ("binary", "compact")
@@ -174,7 +174,7 @@ class ServerOptions:
     #: (Server.method_metrics(), rpc/methodstats.py); off, the call path is untimed.
     method_metrics: bool = False
     backlog: int = DEFAULT_BACKLOG
-    #: The decoded-size budget: bytes in a frame times this (see rpc/decoded.py).
+    #: The decoded-size budget: bytes in a frame times this (see rpc/codec/decoded.py).
     decoded_size_factor: float = DEFAULT_DECODED_SIZE_FACTOR
     #: Transports accepted: any of TRANSPORTS; a client in another is closed with a
     #: log line. Framed is what Storm's clients use; unframed is TBufferedTransport.

@@ -33,7 +33,7 @@ class Server:
                  options: ServerOptions, listener: socket.socket | None = None) -> None:
         """``listener``: serve from a socket that already listens instead of binding
         ``host``:``port`` (a child of ``make_server(processes=N)`` accepts the
-        connections its parent hands over, see rpc/handoff.py; it has no Unix socket,
+        connections its parent hands over, see rpc/multiprocess/handoff.py; it has no Unix socket,
         which check_processes refuses for processes > 1)."""
         self.dispatcher = dispatcher
         self.options = options

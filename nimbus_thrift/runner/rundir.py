@@ -83,7 +83,7 @@ MAX_STATUS_BYTES = 4 << 20
 #: ``status.json``'s error: the driver writes at most runner/failures.py's
 #: MAX_ERROR_TEXT (4000) characters of message and frames; this is twice that.
 MAX_STATUS_ERROR_CHARS = 8000
-#: ``settings.json``: the daemon writes at most log_calls.MAX_LOGGERS (1000) loggers
+#: ``settings.json``: the daemon writes at most service/logs.py's MAX_LOGGERS (1000) loggers
 #: with names of up to 1000 characters (~1.1 MB) and a sampling entry per component
 #: (~50 bytes plus its id); 4 MiB holds both with room.
 MAX_SETTINGS_BYTES = 4 << 20

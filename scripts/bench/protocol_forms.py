@@ -2,7 +2,7 @@
 """Figures for issue 17 (every client form on one port), on this machine:
 
 1. codec cost per call: decoding Echo.echo's args and encoding its result, binary (C,
-   _wire.c) against compact (Python, rpc/compact.py), and a larger struct;
+   _wire.c) against compact (Python, rpc/codec/compact.py), and a larger struct;
 2. what detection costs framed binary: Dispatcher.dispatch and Connection.received on a
    framed binary echo, this checkout against another tree (``--baseline DIR``, e.g. a
    ``git archive HEAD nimbus_thrift | tar -x -C DIR`` with the built .so files copied

@@ -5,7 +5,7 @@ Keys follow Storm's rules (:data:`KEY_PATTERN`: letters, digits, ``_``, space, t
 ``.``, ``-``; never ``.`` or ``..``), at most :data:`MAX_KEY_BYTES`. ACLs are Storm's
 ``AccessControl`` lists: USER entries (a principal) and OTHER entries (everyone), each
 with READ, WRITE and ADMIN bits, stored as JSON in the blob's row. Pure functions: the
-store (:mod:`.blobstore`) keeps the ACL, the calls (:mod:`.blob_calls`) check it.
+store (:mod:`.store`) keeps the ACL, the calls (:mod:`.calls`) check it.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ placed only if ``may_read(owner, blob)`` says so on the blob's row as read at th
 moment (its ACL, from the database). When it does not, or the key is gone, what was
 placed under that local name is removed and the placement reports a problem naming the
 blob. Placement happens at each launch, at each start of the daemon, after each new
-version of a key and after each change of its ACL (:mod:`.blob_calls`).
+version of a key and after each change of its ACL (:mod:`.calls`).
 
 A work directory's blobs::
 
@@ -73,7 +73,7 @@ OLD_MAP_FILE = ".blobstore-map.json"
 #: file, kept on disk until the block ends; None if there is no such key.
 OpenVersion = Callable[[str], AbstractContextManager["tuple[Blob, Path] | None"]]
 #: Whether a topology's owner (a principal) may read a blob (its row as of now): the
-#: daemon's rule, given by the caller (:mod:`.blob_calls`).
+#: daemon's rule, given by the caller (:mod:`.calls`).
 MayRead = Callable[[str, Blob], bool]
 
 

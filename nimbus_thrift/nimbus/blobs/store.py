@@ -1,8 +1,8 @@
 """The blob store: Storm's named, versioned files with ACLs, under ``<data>/blobs``.
 
 A key is never joined to a path: files are named by ids, rows say which file is which
-key's. Keys and ACLs are :mod:`.blobacl`'s; copies in topologies' work directories are
-:mod:`.blobplace`'s (``work_dirs``).
+key's. Keys and ACLs are :mod:`.acl`'s; copies in topologies' work directories are
+:mod:`.placement`'s (``work_dirs``).
 
 Files and rows (the state tables of :mod:`.store`)::
 
@@ -76,7 +76,7 @@ class _Listing:
 class BlobStore:
     """Blobs under ``<data_dir>/blobs``; thread-safe. Bytes count in ``transfers``'s
     inbox quota; ``work_dirs`` copies them into the work directories under
-    ``topologies_dir`` (:mod:`.blobplace`) when the blob calls place them."""
+    ``topologies_dir`` (:mod:`.placement`) when the blob calls place them."""
 
     def __init__(self, store: Store, data_dir: Path, transfers: Transfers, *,
                  topologies_dir: Path, max_blob_bytes: int, expiration_secs: float,

@@ -14,7 +14,7 @@ its ``bin/spark-submit``. Processes of one topology::
 The daemon and the driver talk only through the work directory
 (:mod:`nimbus_thrift.runner.rundir`): the launcher writes ``spec.json``, ``code/``,
 ``code.zip`` and ``control``; the driver writes ``status.json``; the daemon writes
-``settings.json`` (log levels, tuple sampling: :mod:`..log_calls`), which the driver
+``settings.json`` (log levels, tuple sampling: :mod:`..service.logs`), which the driver
 and the Python workers follow by themselves; ``launch.json`` is the launcher's own
 record (pid and its start time, UI port, command, restarts), so that a restarted
 daemon adopts the processes it finds alive instead of starting them twice.

@@ -6,14 +6,14 @@
  * walk over the frame, with the same bounds, count and nesting checks, but it says
  * nothing about what went wrong: on any problem it returns None and binary.py decodes
  * the frame again in Python, which raises the precise DecodeError. So the C code never
- * accepts what the Python decoder refuses (tests/test_binary.py runs every case through
+ * accepts what the Python decoder refuses (tests/unit/rpc/codec/test_binary_*.py runs every case through
  * both, plus a differential fuzz), and every error message lives in one place.
  *
  * The encoding fast path (replies) is in _wireencode.c; it works the same way. The
  * plan both walk, the kind codes, the costs and the budget are in _wirecommon.h.
  *
  * The decoder also charges every object it makes against the frame's decoded-size
- * budget (rpc/decoded.py has the costs and why; binary.py charges the same amounts at
+ * budget (rpc/codec/decoded.py has the costs and why; binary.py charges the same amounts at
  * the same objects, so the two still agree on every frame and budget): a container's
  * object, slots and scalar elements in one step before it is made, a struct's object
  * before it is made, a string or binary by its size, a scalar field as it is set. Each

@@ -1,8 +1,8 @@
-"""A multi-process server's child, from the fork to its exit (rpc/processes.py forks
+"""A multi-process server's child, from the fork to its exit (rpc/multiprocess/processes.py forks
 it): build the server on the handoff channel, report ready, answer the parent's
 requests for its metrics and per-method figures, and stop gracefully when told to, on
 SIGTERM, or when the parent is gone, with its last figures as its last words (the
-messages are in rpc/control.py).
+messages are in rpc/multiprocess/control.py).
 """
 
 from __future__ import annotations

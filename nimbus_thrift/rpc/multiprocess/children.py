@@ -1,5 +1,5 @@
 """What a multi-process server's parent knows of its children: its record of each
-child, and what it hears over their control channels (rpc/control.py has the
+child, and what it hears over their control channels (rpc/multiprocess/control.py has the
 messages): the figures it asks for, the last words of a child that stops, and the
 totals of the children gone, which ``metrics()`` and ``method_metrics()`` add to the
 serving children's.

@@ -1,5 +1,5 @@
-"""The messages of a multi-process server's control channel (rpc/processes.py is the
-parent's end, rpc/child.py the child's), without sockets: encoding, decoding and the
+"""The messages of a multi-process server's control channel (rpc/multiprocess/processes.py is the
+parent's end, rpc/multiprocess/child.py the child's), without sockets: encoding, decoding and the
 joining of an answer sent in pieces.
 
 One SOCK_SEQPACKET pair per child, so each send is one message of at most

@@ -373,7 +373,7 @@ class ProcessServer:
 
     def _child_main(self, slot: int, control: socket.socket,
                     handoff: socket.socket) -> NoReturn:
-        """In the new child: from the fork to os._exit (see rpc/child.py)."""
+        """In the new child: from the fork to os._exit (see rpc/multiprocess/child.py)."""
         assert self._listener is not None and self.address is not None
         listener = HandoffListener(handoff, self._listener.family, self._listener.getsockname())
         child_main(slot, control, listener, self._factory, self.child_options, self.address,

@@ -1,7 +1,7 @@
-"""The socket-free parts of supervising a multi-process server (rpc/processes.py):
+"""The socket-free parts of supervising a multi-process server (rpc/multiprocess/processes.py):
 the options each child gets, the sums of the children's metrics and per-method
 stats, the restart back-off, exit statuses in words and a child's state table (the
-control channel's messages are in rpc/control.py)."""
+control channel's messages are in rpc/multiprocess/control.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import os
 import signal
 from dataclasses import dataclass
 
-# Re-exported: the control messages lived here before rpc/control.py.
+# Re-exported: the control messages lived here before rpc/multiprocess/control.py.
 from .control import decode_snapshot as decode_snapshot
 from .control import encode_snapshot as encode_snapshot
 from ..backoff import Backoff
