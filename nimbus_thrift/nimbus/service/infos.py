@@ -7,7 +7,8 @@ each of them.
 
 Nothing here takes a lock: the store gives each reading thread its own connection,
 and what is derived from a record (its decoded structure, its listed counts) is cached
-per topology id, which never changes.
+per topology id, which never changes. What the read calls answer is built here and
+kept, up to date, by :attr:`Infos.views` (:mod:`.views`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from ...topology.validate import TOPOLOGY_DEFAULTS, task_ranges
 from ..config import NimbusConfig, to_public
 from ..launcher import Launcher, RunStatus
 from ..state.store import Store, TopologyListing, TopologyRecord
-from .listing import SummaryCountsCache, number, text
+from .listing import SummaryCountsCache, number, secs, text
+from .views import Views
 from .wire_errors import InvalidOption
 
 log = structlog.get_logger(__name__)
@@ -75,11 +77,14 @@ class Infos:
         self._counts = SummaryCountsCache()
         self._protocol = TBinaryProtocolFactory()
         self._structs: dict[str, Any] = {}
+        #: The read calls' answers, kept up to date from the store's commits.
+        self.views = Views(idl, store, self, clock)
 
     def forget(self, topology_id: str) -> None:
         """Drop what is cached of a removed topology."""
         self._structs.pop(topology_id, None)
         self._counts.forget(topology_id)
+        self.views.forget(topology_id)
 
     # --- the daemon -----------------------------------------------------------------
     def nimbus_conf(self) -> str:
@@ -114,32 +119,25 @@ class Infos:
                                        isLeader=True, version=nimbus_version(),
                                        tlsPort=tls_port)
 
-    def cluster_info(self) -> Any:
-        """The ClusterSummary: the launcher's nodes, every topology, this nimbus."""
-        nodes = self._launcher.nodes()
-        now = self._clock()
+    def cluster_parts(self, now: float) -> tuple[list[Any], int, Any]:
+        """What a ClusterSummary holds besides its topologies: the launcher's nodes as
+        SupervisorSummaries, this nimbus's uptime and its NimbusSummary."""
         supervisors = [self._idl.SupervisorSummary(
             host=n.host, uptime_secs=secs(now - n.started_at), num_workers=n.slots,
             num_used_workers=n.used_slots, supervisor_id=n.node_id,
-            version=n.version or "VERSION_NOT_PROVIDED") for n in nodes]
-        return self._idl.ClusterSummary(
-            supervisors=supervisors, nimbus_uptime_secs=secs(now - self.started_at),
-            topologies=self.summaries(now), nimbuses=[self.leader()])
+            version=n.version or "VERSION_NOT_PROVIDED") for n in self._launcher.nodes()]
+        return supervisors, secs(now - self.started_at), self.leader()
 
     # --- summaries ------------------------------------------------------------------
-    def summaries(self, now: float) -> list[Any]:
-        """Every stored topology's TopologySummary (and the counts cache pruned to them)."""
-        rows = self._store.listing()
-        topologies = [self.summary(row, now) for row in rows]
-        self._counts.keep_only({row.id for row in rows})
-        return topologies
-
-    def summary(self, row: TopologyListing, now: float) -> Any:
+    def summary(self, row: TopologyListing, now: float, run: RunStatus | None = None
+                ) -> Any:
         """One listed topology: its small columns only, counts cached per id; a value
-        that does not fit the IDL is clamped and said so in ``sched_status``."""
+        that does not fit the IDL is clamped and said so in ``sched_status``. ``run``:
+        its run status if just asked (else the launcher is asked)."""
         topology_id = text(row.id)
         counts = self._counts.counts(row)
-        run = self.run_status(topology_id)
+        if run is None:
+            run = self.run_status(topology_id)
         detail = run.detail
         if counts.problems:
             detail = "invalid: " + "; ".join(counts.problems) + f" ({detail})"
@@ -163,11 +161,14 @@ class Infos:
                                     f"{exc})")
 
     # --- one topology ---------------------------------------------------------------
-    def topology_info(self, rec: TopologyRecord, num_errors: int | None = None) -> Any:
-        """``rec``'s TopologyInfo; ``num_errors`` is a NumErrorsChoice (None: ALL)."""
+    def topology_info(self, rec: TopologyRecord, num_errors: int | None = None,
+                      run: RunStatus | None = None) -> Any:
+        """``rec``'s TopologyInfo; ``num_errors`` is a NumErrorsChoice (None: ALL);
+        ``run``: its run status if just asked (else the launcher is asked)."""
         idl = self._idl
         now = self._clock()
-        run = self.run_status(rec.id)
+        if run is None:
+            run = self.run_status(rec.id)
         executors = []
         listed = sum(min(max(0, e), max(0, rec.tasks.get(c, 0)))
                      for c, e in rec.executors.items()
@@ -316,8 +317,3 @@ def nimbus_version() -> str:
     isTopologyNameAllowed from 1.1.0 on; Storm's own code reads "major.minor" from its
     start."""
     return f"{STORM_API_VERSION}+nimbus.thrift.{__version__}"
-
-
-def secs(seconds: float) -> int:
-    """Seconds as the IDL's i32, never negative (clocks can step back)."""
-    return max(0, min(int(seconds), 2**31 - 1))

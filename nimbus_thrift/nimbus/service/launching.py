@@ -130,6 +130,9 @@ class Launching:
                 self._store.add_error(topology_id, NIMBUS_COMPONENT, message,
                                       int(self._clock()))
             return False
+        finally:
+            # What the launcher reports of it may have changed: the summaries ask again.
+            self._infos.views.run_changed(topology_id)
 
     def in_background(self, topology_id: str, what: str,
                       func: Callable[P, object], *args: P.args, **kwargs: P.kwargs

@@ -79,12 +79,6 @@ class SummaryCountsCache:
             self._cache[row.id] = (row.num_workers, row.executors, row.tasks, counts)
         return counts
 
-    def keep_only(self, ids: set[Any]) -> None:
-        """Forget topologies no longer listed (removed)."""
-        with self._lock:
-            for gone in set(self._cache) - ids:
-                del self._cache[gone]
-
     def forget(self, topology_id: str) -> None:
         with self._lock:
             self._cache.pop(topology_id, None)
@@ -109,3 +103,8 @@ def number(value: Any) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     return 0.0
+
+
+def secs(seconds: float) -> int:
+    """Seconds as the IDL's i32, never negative (clocks can step back)."""
+    return max(0, min(int(seconds), I32_MAX))

@@ -144,6 +144,7 @@ class LogCalls:
                     percent = old.percent
                 sampling = {**settings.sampling, key: Sampling(bool(enable), percent)}
                 run_dir.write_settings(RunSettings(settings.loggers, sampling))
+                self._store.notify(rec.id)      # its TopologyInfo's component_debug
             log.info("debug_set", topology=rec.id, component=key or "(all)",
                      enable=bool(enable), percent=percent)
 

@@ -2,12 +2,13 @@
 summary, the leader, whether a name is free, one topology's information, configuration
 and structure; and the scope of the HTTP side's ``/metrics`` for its caller.
 
-They take no lock (see :mod:`.infos`, which builds what they answer).
+They take no lock: what they answer is kept up to date by :mod:`.views` (built by
+:mod:`.infos`) and served to every caller; a topology's ACL is checked per call
+against the one kept with it, so a hit reads nothing from the store.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ class QueryCalls:
         self._authz = authz
         self._store = store
         self._infos = infos
+        self._views = infos.views
 
     def getNimbusConf(self) -> str:
         with self._access.gate("getNimbusConf") as call:
@@ -45,7 +47,7 @@ class QueryCalls:
         # counts are not secret; confs, code and details are (the topology rules).
         with self._access.gate("getClusterInfo") as call:
             self._authz.check(call)
-            return self._infos.cluster_info()
+            return self._views.cluster_summary()
 
     def getLeader(self) -> Any:
         with self._access.gate("getLeader") as call:
@@ -63,11 +65,14 @@ class QueryCalls:
 
     def getTopologyInfo(self, id: str) -> Any:
         with self._access.gate("getTopologyInfo", topology=id) as call:
-            return self._infos.topology_info(self._access.permitted(call, id))
+            view = self._views.topology(id)
+            self._authz.check(call, view.acl)
+            return self._views.topology_info(id, view=view)
 
     def getTopologyConf(self, id: str) -> str:
         with self._access.gate("getTopologyConf", topology=id) as call:
-            return json.dumps(self._access.permitted(call, id).conf, sort_keys=True)
+            self._authz.check(call, self._views.topology(id).acl)
+            return self._views.conf_json(id)
 
     def getTopology(self, id: str) -> Any:
         # Storm adds its system components (ackers, metrics) here; there are none on Spark.

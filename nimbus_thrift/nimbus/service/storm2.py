@@ -70,6 +70,7 @@ class StormTwoCalls:
         self._store = store
         self._launcher = launcher
         self._infos = infos
+        self._views = infos.views
         self._clock = clock
 
     # --- summaries and lookups --------------------------------------------------------
@@ -77,7 +78,7 @@ class StormTwoCalls:
     def getTopologySummaries(self) -> list[Any]:
         with self._access.gate("getTopologySummaries") as call:
             self._authz.check(call)
-            return self._infos.summaries(self._clock())
+            return self._views.summaries()
 
     @_storm_errors
     def getTopologySummaryByName(self, name: str) -> Any:
@@ -94,30 +95,31 @@ class StormTwoCalls:
                                      f"no topology with id {id!r}")
 
     def _one_summary(self, match: Any, missing: str) -> Any:
-        # The listing's small columns, as getClusterInfo reads them (and with the same
-        # defences against a damaged row); at most max_topologies rows.
-        now = self._clock()
-        for row in self._store.listing():
-            if match(row):
-                return self._infos.summary(row, now)
+        # The summaries getClusterInfo lists (kept by the views, with the same defences
+        # against a damaged row); at most max_topologies of them.
+        for summary in self._views.cluster_summary().topologies:
+            if match(summary):
+                return summary
         raise self.idl.NotAliveException(msg=missing)
 
     @_storm_errors
     def getTopologyInfoByName(self, name: str) -> Any:
         with self._access.gate("getTopologyInfoByName", topology=name) as call:
-            return self._infos.topology_info(self._access.permitted_named(call, name))
+            rec = self._access.permitted_named(call, name)
+            return self._views.topology_info(rec.id)
 
     @_storm_errors
     def getTopologyInfoWithOpts(self, id: str, options: Any) -> Any:
         with self._access.gate("getTopologyInfoWithOpts", topology=id) as call:
-            return self._infos.topology_info(self._access.permitted(call, id),
-                                             _num_errors(options))
+            view = self._views.topology(id)
+            self._authz.check(call, view.acl)
+            return self._views.topology_info(id, _num_errors(options), view=view)
 
     @_storm_errors
     def getTopologyInfoByNameWithOpts(self, name: str, options: Any) -> Any:
         with self._access.gate("getTopologyInfoByNameWithOpts", topology=name) as call:
-            return self._infos.topology_info(self._access.permitted_named(call, name),
-                                             _num_errors(options))
+            rec = self._access.permitted_named(call, name)
+            return self._views.topology_info(rec.id, _num_errors(options))
 
     # --- history and owners -----------------------------------------------------------
     @_storm_errors

@@ -37,7 +37,7 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 SCHEMA_VERSION = 1
 
@@ -233,6 +233,10 @@ class Store:
         self._static: OrderedDict[str, tuple[int, dict[str, Any], bytes]] = OrderedDict()
         self._static_bytes = 0
         self._static_lock = threading.Lock()
+        #: Told a topology's id after each commit that changed its row or its errors
+        #: (:meth:`watch`); ids changed by the transaction in progress wait in _changed.
+        self._watchers: list[Callable[[str], None]] = []
+        self._changed: set[str] = set()
         try:
             with self.transaction():
                 for statement in filter(str.strip, _SCHEMA.split(";")):
@@ -272,15 +276,33 @@ class Store:
                 self._depth -= 1
                 if self._depth == 0:
                     self._owner = None
+                    self._changed.clear()
                     self._db.execute("ROLLBACK")
                 raise
             self._depth -= 1
             if self._depth == 0:
                 self._owner = None
                 self._db.execute("COMMIT")
+                changed, self._changed = self._changed, set()
+                for topology_id in changed:     # told after the commit: a reader
+                    self.notify(topology_id)    # told earlier could cache the old row
 
-    def _run(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+    def watch(self, watcher: Callable[[str], None]) -> None:
+        """Call ``watcher(topology_id)`` after each commit that changed the topology's
+        row or its errors, and at :meth:`notify` (what caches answers from them)."""
+        self._watchers.append(watcher)
+
+    def notify(self, topology_id: str) -> None:
+        """Tell the watchers ``topology_id`` changed (its work directory's settings:
+        the callers that write them say so)."""
+        for watcher in self._watchers:
+            watcher(topology_id)
+
+    def _run(self, sql: str, params: tuple[Any, ...] = (),
+             topology: str | None = None) -> sqlite3.Cursor:
         with self.transaction():
+            if topology is not None:
+                self._changed.add(topology)
             return self._db.execute(sql, params)
 
     def _in_transaction(self) -> bool:
@@ -337,7 +359,7 @@ class Store:
                   (rec.id, rec.name, rec.status, rec.prev_status, rec.owner,
                    rec.submitted_at, rec.num_workers, json.dumps(rec.executors),
                    json.dumps(rec.tasks), json.dumps(rec.conf), rec.topology,
-                   rec.code_upload, rec.code_sha256, rec.code_bytes))
+                   rec.code_upload, rec.code_sha256, rec.code_bytes), rec.id)
 
     def topology(self, topology_id: str) -> TopologyRecord | None:
         rows = self._query(f"SELECT {_MUTABLE_COLUMNS} FROM topologies WHERE id=?",
@@ -361,6 +383,10 @@ class Store:
         """Every topology's id, in submission order (nothing decoded)."""
         return [r[0] for r in self._query(
             "SELECT id FROM topologies ORDER BY submitted_at, id")]
+
+    def topology_count(self) -> int:
+        """How many topologies are stored (SQLite counts them; no row is read)."""
+        return int(self._query("SELECT count(*) FROM topologies")[0][0])
 
     def listing(self) -> list[TopologyListing]:
         """The small columns of every topology, in submission order, undecoded."""
@@ -417,15 +443,15 @@ class Store:
 
     def set_status(self, topology_id: str, status: str, prev_status: str | None) -> None:
         self._run("UPDATE topologies SET status=?, prev_status=? WHERE id=?",
-                  (status, prev_status, topology_id))
+                  (status, prev_status, topology_id), topology_id)
 
     def set_parallelism(self, topology_id: str, num_workers: int,
                         executors: dict[str, int]) -> None:
         self._run("UPDATE topologies SET num_workers=?, executors=? WHERE id=?",
-                  (num_workers, json.dumps(executors), topology_id))
+                  (num_workers, json.dumps(executors), topology_id), topology_id)
 
     def delete_topology(self, topology_id: str) -> None:
-        self._run("DELETE FROM topologies WHERE id=?", (topology_id,))
+        self._run("DELETE FROM topologies WHERE id=?", (topology_id,), topology_id)
         self._forget(topology_id)
 
     # --- actions (durable timers) ----------------------------------------------------
@@ -449,6 +475,7 @@ class Store:
     def add_error(self, topology_id: str, component: str, message: str,
                   time_secs: int) -> None:
         with self.transaction():
+            self._changed.add(topology_id)
             self._db.execute("INSERT INTO errors VALUES (?,?,?,?)",
                              (topology_id, component, message, time_secs))
             self._db.execute(
