@@ -36,7 +36,6 @@ consumers) on Spark.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -113,6 +112,7 @@ class PageCalls:
 
     def _sample_one(self, topology_id: str) -> RunStatus:
         run = self._infos.run_status(topology_id)
+        self._infos.views.run_seen(topology_id, run)    # a new sched_status is listed
         if run.components:
             # A launcher that does not know when the run started gives no run key:
             # all its samples are one run.
@@ -188,7 +188,7 @@ class PageCalls:
             status=rec.status, num_tasks=_i32(sum(rec.tasks.values())),
             num_workers=_i32(rec.num_workers),
             num_executors=_i32(sum(rec.executors.values())),
-            topology_conf=json.dumps(rec.conf, sort_keys=True),
+            topology_conf=self._infos.views.conf_json(rec.id, rec),
             id_to_spout_agg_stats=by_kind[True], id_to_bolt_agg_stats=by_kind[False],
             sched_status=run.detail, topology_stats=self._topology_stats(rec, spouts),
             owner=rec.owner, debug_options=debug_options(idl, settings, ALL_COMPONENTS),

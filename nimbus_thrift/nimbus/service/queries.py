@@ -15,7 +15,7 @@ from typing import Any
 from ...topology.validate import InvalidTopology, check_name
 from ..security.authz import Authorizer
 from ..state.store import Store
-from .access import Access, acl_of
+from .access import Access
 from .infos import Infos
 
 
@@ -65,14 +65,15 @@ class QueryCalls:
 
     def getTopologyInfo(self, id: str) -> Any:
         with self._access.gate("getTopologyInfo", topology=id) as call:
-            view = self._views.topology(id)
+            view, rec = self._views.topology(id)
             self._authz.check(call, view.acl)
-            return self._views.topology_info(id, view=view)
+            return self._views.topology_info(view, rec)
 
     def getTopologyConf(self, id: str) -> str:
         with self._access.gate("getTopologyConf", topology=id) as call:
-            self._authz.check(call, self._views.topology(id).acl)
-            return self._views.conf_json(id)
+            view, rec = self._views.topology(id)
+            self._authz.check(call, view.acl)
+            return self._views.conf_json(view.id, rec)
 
     def getTopology(self, id: str) -> Any:
         # Storm adds its system components (ackers, metrics) here; there are none on Spark.
@@ -98,6 +99,9 @@ class QueryCalls:
         def readable(topology_id: str) -> bool:
             if principal is None:
                 return True             # the daemon itself
-            rec = self._store.topology(topology_id)
-            return rec is not None and self._authz.may_read(principal, acl_of(rec))
+            try:
+                view, _ = self._views.topology(topology_id)
+            except self._views.not_alive:
+                return False
+            return self._authz.may_read(principal, view.acl)
         return readable

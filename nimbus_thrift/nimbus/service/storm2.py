@@ -106,20 +106,21 @@ class StormTwoCalls:
     def getTopologyInfoByName(self, name: str) -> Any:
         with self._access.gate("getTopologyInfoByName", topology=name) as call:
             rec = self._access.permitted_named(call, name)
-            return self._views.topology_info(rec.id)
+            return self._views.topology_info(self._views.topology(rec.id)[0], rec)
 
     @_storm_errors
     def getTopologyInfoWithOpts(self, id: str, options: Any) -> Any:
         with self._access.gate("getTopologyInfoWithOpts", topology=id) as call:
-            view = self._views.topology(id)
+            view, rec = self._views.topology(id)
             self._authz.check(call, view.acl)
-            return self._views.topology_info(id, _num_errors(options), view=view)
+            return self._views.topology_info(view, rec, _num_errors(options))
 
     @_storm_errors
     def getTopologyInfoByNameWithOpts(self, name: str, options: Any) -> Any:
         with self._access.gate("getTopologyInfoByNameWithOpts", topology=name) as call:
             rec = self._access.permitted_named(call, name)
-            return self._views.topology_info(rec.id, _num_errors(options))
+            return self._views.topology_info(self._views.topology(rec.id)[0], rec,
+                                             _num_errors(options))
 
     # --- history and owners -----------------------------------------------------------
     @_storm_errors

@@ -104,6 +104,8 @@ class Views:
                  clock: Callable[[], float],
                  monotonic: Callable[[], float] = time.monotonic):
         self._idl = idl
+        #: What :meth:`topology` raises for an id it does not know.
+        self.not_alive: type[Exception] = idl.NotAliveException
         self._store = store
         self._builder = builder
         self._clock = clock
@@ -159,16 +161,13 @@ class Views:
                 self._conf_bytes -= len(conf)
 
     # --- one topology ---------------------------------------------------------------
-    def topology(self, topology_id: Any) -> TopologyView:
-        """What is kept of ``topology_id`` (its ACL: check the caller's right with it).
+    def topology(self, topology_id: Any) -> tuple[TopologyView, TopologyRecord | None]:
+        """What is kept of ``topology_id`` (its ACL: check the caller's right with it),
+        and its record when it was just read for it (None on a hit).
 
         Raises:
             NotAliveException: there is no such topology.
         """
-        return self._view(topology_id)[0]
-
-    def _view(self, topology_id: Any) -> tuple[TopologyView, TopologyRecord | None]:
-        """The view, and the record when it was just read for it."""
         with self._lock:
             view = self._topologies.get(topology_id) if isinstance(topology_id, str) \
                 else None
@@ -188,18 +187,16 @@ class Views:
                 self._topologies.setdefault(rec.id, view)
         return view, rec
 
-    def topology_info(self, topology_id: Any, num_errors: int | None = None,
-                      view: TopologyView | None = None) -> Any:
-        """``topology_id``'s TopologyInfo (``num_errors``: a NumErrorsChoice, None for
-        ALL), kept while its version and its launcher's run status hold.
+    def topology_info(self, view: TopologyView, rec: TopologyRecord | None = None,
+                      num_errors: int | None = None) -> Any:
+        """The TopologyInfo of ``view``'s topology (``rec``: its record if just read;
+        ``num_errors``: a NumErrorsChoice, None for ALL), kept while its version and
+        its launcher's run status hold.
 
         Raises:
-            NotAliveException: there is no such topology.
+            NotAliveException: the topology is gone.
             InvalidOption: ``num_errors`` is not a NumErrorsChoice.
         """
-        rec = None
-        if view is None:
-            view, rec = self._view(topology_id)
         run = self._builder.run_status(view.id)
         self.run_seen(view.id, run)
         kept = view.infos.get(num_errors)
