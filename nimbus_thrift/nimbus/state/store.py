@@ -120,6 +120,10 @@ _MUTABLE_COLUMNS = ("id, name, status, prev_status, owner, submitted_at, num_wor
                     "executors, tasks, code_upload, code_sha256, code_bytes, "
                     "length(conf) + length(topology)")
 
+#: The columns of a topology a listing reads (TopologyListing's fields, in order).
+_LISTING_COLUMNS = ("id, name, status, prev_status, owner, submitted_at, num_workers, "
+                    "executors, tasks")
+
 
 class StoreError(Exception):
     """The database is unusable (newer schema, corrupt file); the message says which."""
@@ -391,8 +395,15 @@ class Store:
     def listing(self) -> list[TopologyListing]:
         """The small columns of every topology, in submission order, undecoded."""
         return [TopologyListing(*r) for r in self._query(
-            "SELECT id, name, status, prev_status, owner, submitted_at, num_workers, "
-            "executors, tasks FROM topologies ORDER BY submitted_at, id")]
+            f"SELECT {_LISTING_COLUMNS} FROM topologies ORDER BY submitted_at, id")]
+
+    def listing_of(self, topology_ids: list[str]) -> list[TopologyListing]:
+        """The small columns of those of ``topology_ids`` that exist (at most a few
+        hundred: one statement), undecoded, in no particular order."""
+        marks = ",".join("?" * len(topology_ids))
+        return [TopologyListing(*r) for r in self._query(
+            f"SELECT {_LISTING_COLUMNS} FROM topologies WHERE id IN ({marks})",
+            tuple(topology_ids))]
 
     def _record(self, row: Any) -> TopologyRecord | None:
         """The record of ``row`` (the small columns); None if it was deleted meanwhile."""

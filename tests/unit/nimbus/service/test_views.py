@@ -28,6 +28,9 @@ class Env:
         self.store = Store(data_dir / "nimbus.sqlite3")
         self.handler = NimbusHandler(N, self.config, self.store, self.launcher,
                                      clock=self.clock)
+        # The fake clock for the age of a ClusterSummary too: a slow machine must not
+        # make a second pass between two reads of a test.
+        self.handler.infos.views._monotonic = self.clock
         self.handler.recover()
 
     def submit(self, name: str, conf: dict[str, Any] | None = None) -> str:
@@ -271,3 +274,27 @@ def test_by_name_and_with_options_serve_the_kept_info(env: Env) -> None:
     assert env.handler.getTopologyInfoByNameWithOpts("wc", none).errors == {"__nimbus": []}
     assert len(env.handler.getTopologyInfoWithOpts(tid, N.GetInfoOptions()).errors[
         "__nimbus"]) == 1
+
+
+def test_a_change_rereads_its_row_only(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = env.submit("a"), env.submit("b")
+    before = {t.id: t for t in env.handler.getClusterInfo().topologies}
+
+    def refuse() -> Any:
+        raise AssertionError("listed whole for one changed row")
+    monkeypatch.setattr(env.store, "listing", refuse)
+    env.handler.deactivate("a")
+    env.idle()
+    after = {t.id: t for t in env.handler.getClusterInfo().topologies}
+    assert after[a].status == "INACTIVE" and after[b] is before[b]
+    env.clock.advance(2)                # a new second: every uptime, no listing
+    later = {t.id: t for t in env.handler.getClusterInfo().topologies}
+    assert (later[a].uptime_secs, later[b].uptime_secs) == (2, 2)
+    assert (before[b].uptime_secs, later[a].status) == (0, "INACTIVE")
+
+
+def test_listing_of_reads_the_rows_asked(env: Env) -> None:
+    a, b = env.submit("a"), env.submit("b")
+    assert [r.id for r in env.store.listing_of([b, "ghost"])] == [b]
+    assert {r.id: r for r in env.store.listing_of([a, b])} == \
+        {r.id: r for r in env.store.listing()}
