@@ -50,7 +50,7 @@ from ...topology.code import CodeArchive, CodeError
 from ...topology.validate import (MAX_EXECUTORS_PER_TOPOLOGY, MAX_WORKERS,
                                   TOPOLOGY_DEFAULTS, InvalidTopology, TopologyPlan,
                                   check_count, check_name, check_topology, parse_conf)
-from ..admission import check_admission, default_budget
+from ..admission import AdmissionLedger, check_room, default_budget
 from ..blobs.calls import TopologyBlobs
 from ..config import NimbusConfig
 from ..launcher import Launcher
@@ -62,7 +62,7 @@ from ..state.store import Action, Store, TopologyRecord
 from ..state.timers import Timers
 from ..transfers.uploads import Transfers
 from .access import Access
-from .codecheck import parse_in_child
+from .codecheck import CodeChecker
 from .infos import Infos
 from .launching import Launching
 from .wire_errors import client_errors as _client_errors
@@ -127,6 +127,10 @@ class TopologyCalls:
         self._code_waiters = 0                 # submits waiting for a code-check slot
         self._code_waiters_lock = threading.Lock()
         self._memory_budget = config.spark_memory_budget or default_budget()
+        #: What the kept topologies take, kept as they come and go (not summed per submit).
+        self.admission = AdmissionLedger(launcher.memory_request)
+        #: Parses uploaded modules in reused child processes, cached by content.
+        self.code_checker = CodeChecker()
         self._protocol = TBinaryProtocolFactory()
 
     # --- submit ---------------------------------------------------------------------
@@ -187,9 +191,11 @@ class TopologyCalls:
                 if self._upload_at(uploadedJarLocation).id != upload.id:
                     raise InvalidTopology("the uploaded code changed during the submit")
                 # Under the name table's lock: two submits cannot both take the last room.
-                check_admission(memory, self._kept_confs(), self._launcher.memory_request,
-                                max_topologies=self._config.max_topologies,
-                                budget=self._memory_budget)
+                kept = self._store.topology_count()
+                self.admission.sync(kept, self._store.topology_ids, self._conf_of)
+                check_room(memory, kept, self.admission.total,
+                           max_topologies=self._config.max_topologies,
+                           budget=self._memory_budget)
                 with self._store.transaction():
                     now = self._clock()
                     topology_id = f"{name}-{self._store.next_counter()}-{int(now)}"
@@ -222,6 +228,8 @@ class TopologyCalls:
                     except BaseException:
                         shutil.rmtree(work_dir, ignore_errors=True)
                         raise
+                # Committed: recorded before the name table's lock is let go.
+                self.admission.add(topology_id, full_conf)
             call.subject["topology_id"] = topology_id
             log.info("topology_submitted", topology=topology_id, status=status.value,
                      components=len(plan.components), executors=sum(plan.executors.values()),
@@ -233,10 +241,9 @@ class TopologyCalls:
                                       topology_id, spec)
         job.wait(self._config.launcher_reply_wait_secs)
 
-    def _kept_confs(self) -> Iterator[dict[str, Any]]:
-        for topology_id in self._store.topology_ids():
-            rec = self._store.topology(topology_id)
-            yield rec.conf if rec is not None else {}
+    def _conf_of(self, topology_id: str) -> dict[str, Any] | None:
+        rec = self._store.topology(topology_id)
+        return rec.conf if rec is not None else None
 
     def _check_components(self, topology: Any) -> None:
         count = sum(len(getattr(topology, part, None) or {})
@@ -281,7 +288,7 @@ class TopologyCalls:
                     self._transfers.code_path(upload_id),
                     max_parse_bytes=self._config.max_code_parse_bytes,
                     max_parse_total=self._config.max_code_parse_total_bytes,
-                    parser=parse_in_child)
+                    parser=self.code_checker.parse)
             except CodeError as exc:
                 raise InvalidTopology(str(exc)) from None
             with code:

@@ -144,6 +144,9 @@ class Transfers:
         self._upload_peer: dict[str, str] = {}          # open upload id -> its peer
         self._upload_owner: dict[str, str] = {}         # upload id -> its principal
         self._uploads_of: dict[str, int] = {}           # peer -> open uploads
+        # Open uploads' ids, counted here: the rows of complete uploads (one per stored
+        # topology) would make counting them in the table grow with the topologies.
+        self._open_uploads = {up.id for up in store.uploads() if up.state == "open"}
         self.downloads = Downloads("download", TransferError, self.refuse, clock,
                                    chunk_bytes, expiration_secs)
         # Acknowledged bytes of every upload row, plus chunks being written.
@@ -193,6 +196,7 @@ class Transfers:
     def _release_upload_slot(self, upload_id: str) -> None:
         """The upload is no longer in progress (finished, expired, discarded)."""
         with self._lock:
+            self._open_uploads.discard(upload_id)
             peer = self._upload_peer.pop(upload_id, None)
             if peer is not None:
                 decrement(self._uploads_of, peer)
@@ -218,16 +222,16 @@ class Transfers:
         """
         peer = peer if peer is not None else current_peer()
         limits = self.limits
-        open_count = sum(1 for up in self.store.uploads() if up.state == "open")
-        if open_count >= MAX_OPEN_UPLOADS:
-            raise self.refuse(peer, "MAX_OPEN_UPLOADS", (
-                f"{open_count} uploads are already open (limit {MAX_OPEN_UPLOADS}); "
-                "finish them or wait for them to expire"))
         upload_id = uuid.uuid4().hex
-        with self._lock:        # check and take the peer's slot in one step
+        with self._lock:        # check and take the slots in one step
+            open_count = len(self._open_uploads)
             held = self._uploads_of.get(peer, 0) if peer is not None else 0
             name = "max_uploads_per_peer"
-            if peer is not None and held >= limits.max_uploads_per_peer:
+            if open_count >= MAX_OPEN_UPLOADS:
+                name = "MAX_OPEN_UPLOADS"
+                refusal = (f"{open_count} uploads are already open (limit "
+                           f"{MAX_OPEN_UPLOADS}); finish them or wait for them to expire")
+            elif peer is not None and held >= limits.max_uploads_per_peer:
                 refusal = (f"{peer} already has {held} uploads in progress (limit "
                            f"{limits.max_uploads_per_peer}, max_uploads_per_peer); finish "
                            f"them or wait {self.expiration_secs:g} s for them to expire")
@@ -238,6 +242,7 @@ class Transfers:
                            "uploads are removed or open ones expire")
             else:
                 refusal = ""
+                self._open_uploads.add(upload_id)
                 if peer is not None:
                     self._upload_peer[upload_id] = peer
                     self._uploads_of[peer] = held + 1
@@ -516,6 +521,8 @@ class Transfers:
                 path.unlink(missing_ok=True)
         with self._lock:        # before any request: nothing is in flight
             self._inbox_bytes = self._stored_bytes()
+            self._open_uploads = {up.id for up in self.store.uploads()
+                                  if up.state == "open"}
             self._upload_owner = owners
 
     def _read_owner(self, upload_id: str) -> str | None:

@@ -243,14 +243,14 @@ def _spouts(n: int, script: str) -> Any:
 
 def test_each_module_is_parsed_once_per_submit(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from nimbus_thrift.nimbus.service import topologies as topologies_module
+    from nimbus_thrift.nimbus.service.codecheck import CodeChecker
     parses: list[str] = []
-    real = topologies_module.parse_in_child       # the daemon parses in a child process
+    real = CodeChecker.parse_uncached       # the daemon parses in a child process
 
-    def counting(member: str, source: bytes) -> frozenset[str]:
+    def counting(self: CodeChecker, member: str, source: bytes) -> frozenset[str]:
         parses.append(member)
-        return real(member, source)
-    monkeypatch.setattr(topologies_module, "parse_in_child", counting)
+        return real(self, member, source)
+    monkeypatch.setattr(CodeChecker, "parse_uncached", counting)
     env = Env(tmp_path / "data")
     try:
         big = "class Spout:\n    pass\n" + "".join(f"x{i} = {i}\n" for i in range(15_000))
