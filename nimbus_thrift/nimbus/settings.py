@@ -97,9 +97,10 @@ DEFAULT_MAX_CODE_PARSE_BYTES = 256 << 10
 #: 3 s of parsing at worst, in parses of at most 0.2 s each; more is refused.
 DEFAULT_MAX_CODE_PARSE_TOTAL_BYTES = 4 << 20
 #: Topologies one nimbus keeps at once (active, inactive, or killed and not yet
-#: removed): recovery at start and every listing are linear in this, and a Storm
-#: cluster's Nimbus rarely keeps more than a few hundred.
-DEFAULT_MAX_TOPOLOGIES = 500
+#: removed). Each costs the daemon ~7 KB of memory (measured with --launcher none: 42 MB
+#: empty, 112 MB holding 10,000 small ones) and a submit's checks do not grow with them
+#: (admission totals are kept as topologies come and go); recovery at start is linear.
+DEFAULT_MAX_TOPOLOGIES = 10_000
 #: How long a call waits for its launcher operation before answering anyway (the
 #: outcome then shows in the topology's status): a spark-submit spawns in well under
 #: a second, a stop may take stop_grace_secs + 5 s.
