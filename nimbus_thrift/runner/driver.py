@@ -13,7 +13,9 @@ control           effect
 ================  ===========================================================
 ``active``        run (status ``running``, ``starting`` before the first batch)
 ``paused``        the spouts stop advancing (no new batches, state kept);
-                  status ``paused``; ``active`` again resumes. Ignored by a
+                  status ``paused``, with ``in_flight`` true until a batch
+                  planned before the pause can no longer be running (see
+                  :class:`Pause`); ``active`` again resumes. Ignored by a
                   bounded run (availableNow would end at a paused spout)
 ``stop``          ``query.stop()``, ``spark.stop()``, status ``stopped``, exit 0
 ================  ===========================================================
@@ -47,7 +49,7 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Callable
 
 from ..topology.blobs import WORK_DIR_ENV
 from .loglevels import LogLevels
@@ -76,10 +78,39 @@ class Status:
                               started_at=time.time())
 
     def write(self, **changes: Any) -> None:
+        # in_flight belongs to the paused state: each write that says it is paused
+        # says it again, any other clears it.
+        changes.setdefault("in_flight", False)
         for key, value in changes.items():
             setattr(self.state, key, value)
         self.state.updated_at = time.time()
         self.run_dir.write_status(self.state)
+
+
+class Pause:
+    """Whether a pause has taken hold, asked at each poll: :meth:`in_flight` with
+    whether ``control`` said paused (read before the call) and a probe of the query
+    (:meth:`~.query.TopologyQuery.batch_in_flight`).
+
+    A batch Spark planned before the spouts saw ``paused`` still runs after it (it
+    holds what they produced until then: seconds of work on a loaded machine), and
+    until it ends the topology is not fully paused. From the first poll at which the
+    probe says no batch can be running, the pause holds until ``control`` says
+    otherwise: every later trigger reads ``paused`` and plans nothing, so the probe
+    is not asked again (while paused, triggers still come and go every few ms)."""
+
+    def __init__(self) -> None:
+        self._held = False
+
+    def in_flight(self, paused: bool, busy: Callable[[], bool]) -> bool:
+        """True while ``paused`` and a batch planned before the pause may be running
+        (``busy()``, asked until it first says False); False when not paused."""
+        if not paused:
+            self._held = False
+            return False
+        if not self._held:
+            self._held = not busy()
+        return not self._held
 
 
 class _StopSignal:
@@ -266,6 +297,7 @@ def _run(spark: Any, spec: RunSpec, run_dir: RunDir, status: Status,
         return EXIT_FAILED
     tracker = StatsTracker(run.plan)
     settings = SettingsWatcher(run_dir, LogLevels(on_root=_jvm_root_level(spark)))
+    pausing = Pause()
 
     def figures() -> dict[str, Any]:
         progress = run.progress()
@@ -285,9 +317,11 @@ def _run(spark: Any, spec: RunSpec, run_dir: RunDir, status: Status,
         if not query.isActive:
             break
         now = figures()
-        state = "paused" if wanted == "paused" and not run.bounded else (
+        paused = wanted == "paused" and not run.bounded
+        state = "paused" if paused else (
             "running" if now["batch_id"] >= 0 else "starting")
-        status.write(state=state, **now)
+        status.write(state=state, in_flight=pausing.in_flight(paused, run.batch_in_flight),
+                     **now)
         try:
             # PySpark takes float seconds (it checks int or float) but types int.
             pause = STARTING_POLL_S if state == "starting" else POLL_S

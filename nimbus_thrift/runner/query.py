@@ -6,6 +6,8 @@ Shared by the spark-submit driver (:mod:`.driver`) and the in-process runs of
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -76,6 +78,22 @@ class TopologyQuery:
     def progress(self) -> list[dict[str, Any]]:
         return list(self.query.recentProgress) if self.query is not None else []
 
+    def batch_in_flight(self) -> bool:
+        """Whether a micro-batch may be running now, or be planned and not yet run:
+        a trigger is under way (planning a batch or running one), or the offset log
+        holds a batch with no commit (a query started from its checkpoint runs that
+        one again first, whatever its spouts say).
+
+        False means no batch runs now and the next one is planned by a trigger that
+        asks the spouts first (``latestOffset``, which reads ``control``): a pause the
+        caller saw before this call holds from here on. Spark commits a batch before
+        its trigger ends, so a batch that ran is committed when no trigger is active."""
+        if self.query is None:
+            return False
+        if self.query.status["isTriggerActive"]:
+            return True
+        return uncommitted_batch(self.run_dir.checkpoint)
+
     def failure(self) -> tuple[str, str] | None:
         """``(component, message)`` if the query failed, else None."""
         if self.query is None:
@@ -84,6 +102,22 @@ class TopologyQuery:
         if exc is None:
             return None
         return describe_failure(_error_text(exc), self.plan.nodes)
+
+
+def uncommitted_batch(checkpoint: Path) -> bool:
+    """Whether Spark's offset log in ``checkpoint`` names a later batch than its commit
+    log: a batch was planned and has not committed."""
+    return _last_batch(checkpoint / "offsets") > _last_batch(checkpoint / "commits")
+
+
+def _last_batch(log_dir: Path) -> int:
+    """The highest batch id of a Spark metadata log (files named by batch id, beside
+    their hidden checksums), -1 when there is none."""
+    try:
+        names = [entry.name for entry in os.scandir(log_dir)]
+    except FileNotFoundError:
+        return -1
+    return max((int(name) for name in names if name.isdigit()), default=-1)
 
 
 def _error_text(exc: Any) -> str:

@@ -382,7 +382,9 @@ class RunState:
 
     ``state``: ``starting`` (session up, no batch yet), ``running``, ``paused``,
     ``stopping``, ``stopped`` (clean exit), ``finished`` (a bounded run completed),
-    ``failed`` (``error`` says why).
+    ``failed`` (``error`` says why). ``in_flight``, while ``paused`` only: a batch
+    planned before the pause may still be running (its tuples still reach the bolts);
+    false once none can be, and then nothing changes until the topology is activated.
     """
 
     state: str
@@ -396,6 +398,7 @@ class RunState:
     components: dict[str, ReportedStats] = field(default_factory=dict)
     error: str = ""
     error_component: str = ""
+    in_flight: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -431,7 +434,8 @@ class RunState:
                    batch_ms=float(_field(raw, "batch_ms", _NUMBER, 0.0)),
                    components={str(k): ReportedStats.from_dict(v)
                                for k, v in components.items()},
-                   error=error, error_component=_field(raw, "error_component", (str,), ""))
+                   error=error, error_component=_field(raw, "error_component", (str,), ""),
+                   in_flight=_field(raw, "in_flight", (bool,), False))
 
 
 #: Longest Spark UI address taken from a status (a host name and a port are far less).

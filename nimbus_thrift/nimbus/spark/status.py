@@ -10,6 +10,9 @@ The state is read, each time it is asked, from whether the JVM is alive and the 
     alive  nothing yet              starting  "starting: waiting for the Spark application"
     alive  starting                 starting  "starting: Spark application ... is up, ..."
     alive  running/paused/stopping  the same  "running: batch 12, 3.4k tuples/s"
+    alive  paused, in_flight        paused    "paused: spouts stopped, batch 12; a batch
+                                               planned before the pause may still be
+                                               running"
     alive  failed                   failed    "failed: <the driver's error> (exiting ...)"
     gone   stopped                  stopped   "stopped: ... (exit code 0)"
     gone   finished                 finished  "finished: the bounded run completed ..."
@@ -47,6 +50,9 @@ BANNER = "--- nimbus-thrift "
 MAX_ERRORS = 10
 #: Pseudo-component of errors that belong to the application, not to one component.
 SPARK_COMPONENT = "__spark"
+#: Follows the batch in a paused topology's detail while the batch Spark planned
+#: before the pause may still be running (status.json's ``in_flight``).
+IN_FLIGHT = "a batch planned before the pause may still be running"
 
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*"
                              r"(?:Error|Exception|Exit|Interrupt|Failure)\b")
@@ -174,7 +180,11 @@ def alive_detail(run: Run, last: RunState | None, ui: str, config: NimbusConfig,
         if state == "running":
             return "running", (f"running: {batch}, {rate(tuple_rate(run, last))}"
                                f" tuples/s{ui_text}{suffix}")
-        return "paused", (f"paused: spouts stopped, {batch}{ui_text}{suffix}")
+        # Until the batch Spark planned before the pause ends, tuples still reach the
+        # bolts (for seconds on a busy machine): a user waiting for the topology to be
+        # quiet needs to know it is not yet.
+        draining = f"; {IN_FLIGHT}" if last.in_flight else ""
+        return "paused", (f"paused: spouts stopped, {batch}{ui_text}{draining}{suffix}")
     if state == "stopping":
         return "stopping", f"stopping: the Spark application is stopping (pid {run.pid})"
     if state == "failed":
