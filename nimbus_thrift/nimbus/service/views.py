@@ -8,10 +8,11 @@ the store tells :meth:`Views.changed` after the commit), written to a topology's
 directory (tuple sampling: the store's ``notify``), or seen in what the launcher
 reports (pull-based: nothing tells the daemon, so it is asked)::
 
-    store commit ─► changed(id) ─► id's version +1, the cluster's listing is stale
+    store commit ─► changed(id) ─► id's version +1; its listed row is read again
+                                   (the whole listing when topologies came or went)
     launcher call done, a read or the sampler sees a new sched_status
                  ─► run_changed(id) ─► that summary's run status is asked again
-    the clock    ─► a whole second passed: uptimes and every run status again
+    the clock    ─► a whole second passed: every uptime and run status again
 
 A view built from what was read at version ``v`` is kept only if the version is still
 ``v`` when it is done (a change committed meanwhile makes it a one-time answer), and a
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Protocol
 
-from ..launcher import RunStatus, WorkerNode
+from ..launcher import RunStatus
 from ..security.authz import TopologyAcl
 from ..state.store import Store, TopologyListing, TopologyRecord
 from .listing import number, secs
@@ -63,7 +64,7 @@ class Builder(Protocol):
                 run: RunStatus | None = None) -> Any: ...
     def topology_info(self, rec: TopologyRecord, num_errors: int | None = None,
                       run: RunStatus | None = None) -> Any: ...
-    def cluster_parts(self, now: float) -> tuple[list[WorkerNode], Any, Any]: ...
+    def cluster_parts(self, now: float) -> tuple[list[Any], int, Any]: ...
 
 
 @dataclass
