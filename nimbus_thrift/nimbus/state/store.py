@@ -59,6 +59,9 @@ CREATE TABLE IF NOT EXISTS topologies (
     code_sha256 TEXT NOT NULL,
     code_bytes INTEGER NOT NULL
 );
+-- Which topologies use an upload (the sweep, recovery): without it a sweep scanned
+-- every row once per kept upload, ~70 s at 10,000 topologies.
+CREATE INDEX IF NOT EXISTS topologies_by_upload ON topologies(code_upload);
 CREATE TABLE IF NOT EXISTS actions (
     topology_id TEXT PRIMARY KEY REFERENCES topologies(id) ON DELETE CASCADE,
     kind TEXT NOT NULL,
@@ -532,6 +535,9 @@ class Store:
         return bool(self._query("SELECT 1 FROM topologies WHERE code_upload=? LIMIT 1",
                                 (upload_id,)))
 
+    def uploads_in_use(self) -> set[str]:
+        """The ids of the uploads some topology's code is (one pass over the index)."""
+        return {row[0] for row in self._query("SELECT DISTINCT code_upload FROM topologies")}
 
     # --- blobs ----------------------------------------------------------------------
     def blob(self, key: str) -> Blob | None:

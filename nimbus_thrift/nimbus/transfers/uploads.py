@@ -459,6 +459,9 @@ class Transfers:
     def sweep(self) -> None:
         """Expire idle uploads and downloads; delete old unused complete uploads."""
         now = self.clock()
+        # Read once per sweep, when first needed: every stored topology keeps its
+        # upload, so asking of each in turn grew with the square of the topologies.
+        in_use: set[str] | None = None
         for up in self.store.uploads():
             if up.state == "open" and now - up.touched_at >= self.expiration_secs:
                 log.info("upload_expired", upload=up.id, bytes=up.bytes,
@@ -468,10 +471,12 @@ class Transfers:
                     if current is not None and current.touched_at == up.touched_at:
                         self._delete_upload(current)
             elif up.state == "complete" and up.completed_at is not None \
-                    and now - up.completed_at >= self.retention_secs \
-                    and not self.store.upload_in_use(up.id):
-                log.info("upload_removed", upload=up.id, reason="unused past retention")
-                self._delete_upload(up)
+                    and now - up.completed_at >= self.retention_secs:
+                if in_use is None:
+                    in_use = self.store.uploads_in_use()
+                if up.id not in in_use:
+                    log.info("upload_removed", upload=up.id, reason="unused past retention")
+                    self._delete_upload(up)
         self.downloads.expire(now)
 
     def recover(self) -> None:

@@ -197,3 +197,19 @@ def test_open_uploads_are_counted_through_finish_discard_expiry_and_restart(
     with pytest.raises(uploads_module.TransferRefused, match="2 uploads are already open"):
         transfers.begin_upload()
     assert {second, third}.isdisjoint(up.location for up in env.store.uploads())
+
+
+def test_the_sweep_keeps_uploads_in_use_and_deletes_them_once_unused(env: Env) -> None:
+    env.submit("a")
+    env.submit("b", code=make_zip({**WORDCOUNT_CODE, "extra.py": "X = 1\n"}))
+    spare = upload(env.handler, b"not a zip, never submitted")
+    used = {rec.code_upload for rec in env.store.topologies()}
+    env.clock.advance(env.config.upload_retention_secs)
+    env.handler.transfers.sweep()
+    assert {up.id for up in env.store.uploads()} == used      # only the spare went
+    assert env.handler.transfers.completed(spare) is None
+    env.handler.killTopologyWithOpts("a", N.KillOptions(wait_secs=0))
+    env.tick(0)
+    env.handler.transfers.sweep()
+    assert [up.id for up in env.store.uploads()] == \
+        [rec.code_upload for rec in env.store.topologies()]
