@@ -281,6 +281,21 @@ class Infos:
                 self._idl.StormTopology(), rec.topology, self._protocol)
         return struct
 
+    def structure_of(self, topology_id: str, rec: TopologyRecord | None = None) -> Any:
+        """The StormTopology of ``topology_id`` (``rec``: its record if just read), the
+        store read only the first time.
+
+        Raises:
+            NotAliveException: there is no such topology.
+        """
+        struct = self._structs.get(topology_id)
+        if struct is not None:
+            return struct
+        rec = rec if rec is not None else self._store.topology(topology_id)
+        if rec is None:
+            raise self._idl.NotAliveException(msg=f"no topology with id {topology_id!r}")
+        return self.structure(rec)
+
     def stateful(self, rec: TopologyRecord, component: str) -> bool:
         """True for a component the DSL marked stateful (in its json_conf)."""
         bolt = (self.structure(rec).bolts or {}).get(component)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...topology.validate import InvalidTopology, check_name
-from ..security.authz import Authorizer
+from ..security.authz import Authorizer, Call
 from ..state.store import Store
 from .access import Access
 from .infos import Infos
@@ -78,11 +78,17 @@ class QueryCalls:
     def getTopology(self, id: str) -> Any:
         # Storm adds its system components (ackers, metrics) here; there are none on Spark.
         with self._access.gate("getTopology", topology=id) as call:
-            return self._infos.structure(self._access.permitted(call, id))
+            return self._structure(call, id)
 
     def getUserTopology(self, id: str) -> Any:
         with self._access.gate("getUserTopology", topology=id) as call:
-            return self._infos.structure(self._access.permitted(call, id))
+            return self._structure(call, id)
+
+    def _structure(self, call: Call, id: str) -> Any:
+        # The ACL as the views keep it; the structure decoded once per topology.
+        view, rec = self._views.topology(id)
+        self._authz.check(call, view.acl)
+        return self._infos.structure_of(view.id, rec)
 
     def metrics_scope(self) -> Callable[[str], bool]:
         """The HTTP side's ``/metrics`` for the caller of this request: checked as

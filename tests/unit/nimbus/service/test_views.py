@@ -298,3 +298,13 @@ def test_listing_of_reads_the_rows_asked(env: Env) -> None:
     assert [r.id for r in env.store.listing_of([b, "ghost"])] == [b]
     assert {r.id: r for r in env.store.listing_of([a, b])} == \
         {r.id: r for r in env.store.listing()}
+
+
+def test_the_structure_is_served_without_the_store(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    tid = env.submit("wc")
+    with pytest.raises(N.NotAliveException):
+        env.handler.getTopology(tid + "x")
+    assert env.handler.getTopology(tid) == wordcount()
+    no_store_reads(monkeypatch, env.store)
+    assert env.handler.getUserTopology(tid) == wordcount()
