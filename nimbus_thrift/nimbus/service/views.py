@@ -49,7 +49,8 @@ from .listing import number, secs
 #: uptimes count whole seconds, so an answer is never wrong by more than one.
 CLUSTER_TTL_SECS = 1.0
 #: Topologies changed since the last ClusterSummary above which it is listed again
-#: whole (one statement) rather than row by row.
+#: whole (one statement) rather than row by row (and every run status asked again):
+#: also what bounds the sets of changed ids while nobody asks for the summary.
 MAX_ROWS_REREAD = 256
 #: Bytes of topology confs kept as JSON (least recently read go first): a conf is
 #: serialised once, not per getTopologyConf; the store bounds the parsed ones alike.
@@ -137,14 +138,16 @@ class Views:
             self._counter += 1
             self._versions[topology_id] = self._counter
             self._topologies.pop(topology_id, None)
-            self._rows_changed.add(topology_id)
+            if len(self._rows_changed) <= MAX_ROWS_REREAD:    # past it: all again
+                self._rows_changed.add(topology_id)
 
     def run_changed(self, topology_id: str) -> None:
         """What the launcher reports of ``topology_id`` may have changed (a launcher
         call returned): its summary asks the launcher again."""
         with self._lock:
             self._runs_counter += 1
-            self._runs_changed.add(topology_id)
+            if len(self._runs_changed) <= MAX_ROWS_REREAD:    # past it: all again
+                self._runs_changed.add(topology_id)
 
     def run_seen(self, topology_id: str, run: RunStatus) -> None:
         """A read or the sampler asked the launcher: a sched_status the ClusterSummary
@@ -162,8 +165,8 @@ class Views:
             self._removals += 1
             self._versions.pop(topology_id, None)
             self._topologies.pop(topology_id, None)
-            self._runs_changed.discard(topology_id)
-            self._rows_changed.add(topology_id)
+            if len(self._rows_changed) <= MAX_ROWS_REREAD:
+                self._rows_changed.add(topology_id)
             conf = self._confs.pop(topology_id, None)
             if conf is not None:
                 self._conf_bytes -= len(conf)
@@ -345,7 +348,7 @@ class Views:
             return None                 # one was removed
         new_second = int(now) != last.second or tick - last.tick >= CLUSTER_TTL_SECS
         entries = list(last.entries)
-        if new_second:
+        if new_second or len(runs_changed) > MAX_ROWS_REREAD:
             todo: Any = range(len(entries))
         else:
             todo = sorted(last.index[i] for i in rows_changed | runs_changed

@@ -14,6 +14,7 @@ import pytest
 from support.nimbus import FakeClock, FakeLauncher, N, make_zip, request_as, upload, wordcount
 from nimbus_thrift.nimbus.config import load_config
 from nimbus_thrift.nimbus.launcher import ComponentStats
+from nimbus_thrift.nimbus.service import views as views_module
 from nimbus_thrift.nimbus.service.handler import NimbusHandler
 from nimbus_thrift.nimbus.state.store import Store
 
@@ -308,3 +309,18 @@ def test_the_structure_is_served_without_the_store(
     assert env.handler.getTopology(tid) == wordcount()
     no_store_reads(monkeypatch, env.store)
     assert env.handler.getUserTopology(tid) == wordcount()
+
+
+def test_past_the_bound_of_changed_ids_all_is_read_again(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(views_module, "MAX_ROWS_REREAD", 1)
+    ids = [env.submit(name) for name in ("a", "b", "c")]
+    env.handler.getClusterInfo()
+    for name in ("a", "b", "c"):
+        env.handler.deactivate(name)
+    env.idle()
+    views = env.handler.infos.views
+    assert len(views._rows_changed) == 2 and len(views._runs_changed) == 2
+    listed = {t.id: t for t in env.handler.getClusterInfo().topologies}
+    assert [(listed[i].status, listed[i].sched_status) for i in ids] == \
+        [("INACTIVE", "fake: paused")] * 3
