@@ -309,10 +309,12 @@ class NimbusDaemon:
                 send_buffer_size=config.send_buffer_size or None,
                 decoded_size_factor=config.decoded_size_factor,
                 # Every call stays on the worker pool: the handler takes locks, writes
-                # the audit log and reads SQLite, so no method is reliably fast, and
-                # the daemon's calls are few enough that the hand-off costs nothing
-                # anyone would notice (rpc/inline.py). Per-method figures feed the
-                # HTTP side's /metrics (rpc/methodstats.py).
+                # the audit log and reads SQLite, so no method is reliably fast (rpc/
+                # inline.py). Measured with cached reads (issue 26: 500 topologies, 100
+                # clients, 2 busy cores): inline, reads were no faster (~5,300-6,300
+                # calls/s either way), deactivate+activate no sooner, and calls kept
+                # being sent back to the pool. Per-method figures feed the HTTP side's
+                # /metrics (rpc/methodstats.py).
                 inline_calls=False, method_metrics=True,
                 # Who calls: loopback clients as their OS user, certificates as their
                 # CN but never a reserved name (authz.py).

@@ -26,15 +26,25 @@ from pathlib import Path
 from typing import Any
 
 from ..idl import ENV_PREFIX, NIMBUS_PORT, UNIX_SOCKET_NAME, default_data_dir
-# The server library's defaults are already Storm's (64 workers as nimbus.thrift.threads,
-# storm.thrift.socket.timeout.ms's 10 minutes idle); the daemon keeps them.
+# The server library's defaults are already Storm's (storm.thrift.socket.timeout.ms's 10
+# minutes idle); the daemon keeps them, except its worker count (DAEMON_WORKER_THREADS).
 from ..rpc.options import (DEFAULT_DECODED_SIZE_FACTOR, DEFAULT_FIRST_REQUEST_TIMEOUT,
                            DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
                            DEFAULT_MAX_CONNECTIONS, DEFAULT_MIN_FRAME_RATE,
-                           DEFAULT_PARK_TIMEOUT, DEFAULT_WORKER_THREADS,
-                           DEFAULT_WRITE_TIMEOUT)
+                           DEFAULT_PARK_TIMEOUT, DEFAULT_WRITE_TIMEOUT)
 
 
+#: RPC workers, fewer than Storm's nimbus.thrift.threads (64, the server library's
+#: default): the daemon's calls are Python work under one GIL, so more threads add no
+#: throughput on 2 cores, and with every one of them runnable each step where a state
+#: change lets the GIL go (its commit's fsync, the hand-off to the launcher queue) waits
+#: its turn among them all. Measured with scripts/bench/control_plane.py (closed loop,
+#: 500 topologies, 100 clients, 2 busy cores): deactivate+activate p50 106 ms with 8
+#: workers, 146-173 ms with 16, 304-400 ms with 64 or 128, reads ~2,400 calls/s with
+#: each. 16, not 8: submits may hold 10 in their code check (service/topologies.py,
+#: CODE_CHECK_SLOTS + CODE_CHECK_WAITERS) and a state change one for up to
+#: launcher_reply_wait_secs while a slow launcher answers.
+DAEMON_WORKER_THREADS = 16
 #: Storm's nimbus.thrift.max_buffer_size, the daemon's default on purpose instead of the
 #: server library's (Thrift's 16 MB): upload chunks are 300 KiB, so 1 MiB frames are
 #: plenty, and a stray client cannot make the daemon buffer 16 MB per connection.
@@ -332,8 +342,10 @@ class NimbusConfig:
         default_text="~/.local/share/nimbus-thrift ($XDG_DATA_HOME)",
         doc="State database, uploads and work directories.")
     worker_threads: int = setting(
-        DEFAULT_WORKER_THREADS, flag="--workers", minimum=1, section=SERVER,
-        doc="RPC worker threads (Storm's nimbus.thrift.threads).")
+        DAEMON_WORKER_THREADS, flag="--workers", minimum=1, section=SERVER,
+        doc="RPC worker threads (Storm's nimbus.thrift.threads).",
+        details="Fewer than Storm's 64: on a few cores, more threads only make a state "
+                "change wait longer behind reads for the GIL (measured in settings.py).")
     max_frame_size: int = setting(
         STORM_MAX_FRAME_SIZE, flag="--max-frame-size", minimum=64, unit="bytes",
         section=SERVER, default_text="1 MiB (1,048,576)",
