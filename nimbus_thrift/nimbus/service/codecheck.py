@@ -198,7 +198,8 @@ class _Child:
             now - self.idle_since < CHILD_IDLE_SECS / 2
 
     def stop(self) -> None:
-        """Kill the child (if alive) and reap it; its pipes stay readable."""
+        """Kill the child (if alive), reap it and close its stdin and stdout; its
+        stderr stays readable (what it said as it died)."""
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
