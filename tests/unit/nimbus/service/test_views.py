@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from support.nimbus import FakeClock, FakeLauncher, N, make_zip, request_as, upload, wordcount
+from support.nimbus import (BlockingLauncher, FakeClock, FakeLauncher, N, make_zip, request_as,
+                            upload, wordcount)
 from nimbus_thrift.nimbus.config import load_config
 from nimbus_thrift.nimbus.launcher import ComponentStats
 from nimbus_thrift.nimbus.service import views as views_module
@@ -20,10 +21,10 @@ from nimbus_thrift.nimbus.state.store import Store
 
 
 class Env:
-    def __init__(self, data_dir: Path, **config: Any):
+    def __init__(self, data_dir: Path, launcher: FakeLauncher | None = None, **config: Any):
         data_dir.mkdir(parents=True, exist_ok=True)
         self.clock = FakeClock()
-        self.launcher = FakeLauncher()
+        self.launcher = launcher or FakeLauncher()
         self.config = load_config(env={}, flags={"data_dir": str(data_dir),
                                                  "launcher": "none", **config})
         self.store = Store(data_dir / "nimbus.sqlite3")
@@ -324,3 +325,20 @@ def test_past_the_bound_of_changed_ids_all_is_read_again(
     listed = {t.id: t for t in env.handler.getClusterInfo().topologies}
     assert [(listed[i].status, listed[i].sched_status) for i in ids] == \
         [("INACTIVE", "fake: paused")] * 3
+
+
+def test_a_launcher_call_that_returns_later_reaches_the_summary(tmp_path: Path) -> None:
+    launcher = BlockingLauncher("pause")
+    e = Env(tmp_path / "data", launcher, launcher_reply_wait_secs=0.01)
+    try:
+        tid = e.submit("wc")
+        e.handler.deactivate("wc")      # answered before the launcher has paused it
+        assert launcher.entered["pause"].wait(10)
+        assert (e.listed(tid).status, e.listed(tid).sched_status) == \
+            ("INACTIVE", "fake: running")
+        launcher.release()
+        e.idle()
+        assert e.listed(tid).sched_status == "fake: paused"
+    finally:
+        launcher.release()
+        e.close()
