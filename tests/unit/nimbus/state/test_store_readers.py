@@ -1,9 +1,11 @@
 """The store's readers and its writer apart (issue 26): reads use read-only connections
 of their own and see the last commit; a write never waits for a read in progress, nor a
-read for a write (WAL); a pooled reader sees what was committed after it was last used."""
+read for a write (WAL); a pooled reader sees what was committed after it was last used;
+a commit's fsync runs outside the writer's lock, before the commit returns."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -131,3 +133,77 @@ def test_many_reads_in_flight_do_not_hold_up_a_write(store: Store) -> None:
             thread.join(HANG)
     assert not any(thread.is_alive() for thread in threads)
     assert after == ["INACTIVE"] * count
+
+
+# --- the commit's fsync, outside the writer's lock ---------------------------------------
+
+def _fsyncs(monkeypatch: pytest.MonkeyPatch, store: Store) -> list[tuple[str, bool]]:
+    """Record each fdatasync: the file's name, and whether another thread could take the
+    writer's lock meanwhile (it cannot while the committing thread holds it)."""
+    calls: list[tuple[str, bool]] = []
+    fdatasync = os.fdatasync
+
+    def recording(fd: int) -> None:
+        got: list[bool] = []
+
+        def take() -> None:
+            got.append(store._lock.acquire(timeout=HANG))
+            if got[-1]:
+                store._lock.release()
+        other = threading.Thread(target=take)
+        other.start()
+        other.join()
+        calls.append((os.readlink(f"/proc/self/fd/{fd}"), got == [True]))
+        fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", recording)
+    return calls
+
+
+def test_a_commit_is_synced_before_it_returns_and_outside_the_lock(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = record()
+    store.insert_topology(rec)
+    calls = _fsyncs(monkeypatch, store)
+    store.set_status(rec.id, "INACTIVE", None)
+    assert calls == [(f"{store.path}-wal", True)]
+    with store.transaction():               # nested: one commit, one fsync, at the end
+        store.set_status(rec.id, "ACTIVE", None)
+        with store.transaction():
+            store.set_status(rec.id, "KILLED", None)
+        assert len(calls) == 1
+    assert len(calls) == 2 and calls[1][1]
+
+
+def test_a_rolled_back_transaction_syncs_nothing(store: Store,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = record()
+    store.insert_topology(rec)
+    calls = _fsyncs(monkeypatch, store)
+    with pytest.raises(RuntimeError):
+        with store.transaction():
+            store.set_status(rec.id, "INACTIVE", None)
+            raise RuntimeError("changed my mind")
+    assert calls == []
+    assert store.topology(rec.id).status == "ACTIVE"      # type: ignore[union-attr]
+
+
+def _open_files() -> set[str]:
+    names = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            names.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:         # the listing's own descriptor, closed by now
+            pass
+    return names
+
+
+def test_close_leaves_no_descriptor_of_the_wal(tmp_path: Path) -> None:
+    s = Store(tmp_path / "nimbus.sqlite3")
+    s.insert_topology(record())
+    wal = str(tmp_path / "nimbus.sqlite3-wal")
+    assert wal in _open_files()
+    s.close()
+    # SQLite removes the WAL with its last connection: a descriptor left open would
+    # read "...-wal (deleted)".
+    assert not [name for name in _open_files() if name.startswith(wal)]
