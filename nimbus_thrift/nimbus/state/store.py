@@ -238,10 +238,13 @@ class Store:
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open the state database {path}: {exc}") from None
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
+            mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             # The commit's fsync is _sync's, outside the lock (see the module docstring);
-            # checkpoints still sync the WAL and the database file themselves.
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            # checkpoints still sync the WAL and the database file themselves. A file
+            # system that cannot hold a WAL keeps its journal, and SQLite syncs it.
+            self._wal_synced = str(mode).lower() == "wal"
+            self._db.execute("PRAGMA synchronous=" +
+                             ("NORMAL" if self._wal_synced else "FULL"))
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.execute("PRAGMA busy_timeout=5000")
         except sqlite3.DatabaseError as exc:
@@ -319,7 +322,7 @@ class Store:
                 changed, self._changed = self._changed, set()
                 for topology_id in changed:     # told after the commit: a reader
                     self.notify(topology_id)    # told earlier could cache the old row
-        if committed:
+        if committed and self._wal_synced:
             self._sync()
 
     def _sync(self) -> None:

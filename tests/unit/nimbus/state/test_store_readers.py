@@ -207,3 +207,29 @@ def test_close_leaves_no_descriptor_of_the_wal(tmp_path: Path) -> None:
     # SQLite removes the WAL with its last connection: a descriptor left open would
     # read "...-wal (deleted)".
     assert not [name for name in _open_files() if name.startswith(wal)]
+
+
+def test_without_a_wal_sqlite_syncs_each_commit_itself(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file system that refuses the WAL (journal_mode answers 'delete'): the writer
+    keeps synchronous=FULL, and there is no WAL to sync."""
+    connect = sqlite3.connect
+
+    class NoWal(sqlite3.Connection):
+        def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+            if sql == "PRAGMA journal_mode=WAL":
+                sql = "PRAGMA journal_mode=DELETE"
+            return super().execute(sql, *args)                          # type: ignore[arg-type]
+
+    monkeypatch.setattr(sqlite3, "connect",
+                        lambda *a, **k: connect(*a, **k, factory=NoWal))
+    s = Store(tmp_path / "nimbus.sqlite3")
+    try:
+        calls = _fsyncs(monkeypatch, s)
+        s.insert_topology(record())
+        s.set_status("wc-1-1700000000", "INACTIVE", None)
+        assert s._db.execute("PRAGMA synchronous").fetchall() == [(2,)]     # FULL
+        assert calls == []
+        assert s.topology("wc-1-1700000000").status == "INACTIVE"  # type: ignore[union-attr]
+    finally:
+        s.close()
