@@ -38,12 +38,15 @@ from ..rpc.options import (DEFAULT_DECODED_SIZE_FACTOR, DEFAULT_FIRST_REQUEST_TI
 #: default): the daemon's calls are Python work under one GIL, so more threads add no
 #: throughput on 2 cores, and with every one of them runnable each step where a state
 #: change lets the GIL go (its commit's fsync, the hand-off to the launcher queue) waits
-#: its turn among them all. Measured with scripts/bench/control_plane.py (closed loop,
-#: 500 topologies, 100 clients, 2 busy cores): deactivate+activate p50 106 ms with 8
-#: workers, 146-173 ms with 16, 304-400 ms with 64 or 128, reads ~2,400 calls/s with
-#: each. 16, not 8: submits may hold 10 in their code check (service/topologies.py,
-#: CODE_CHECK_SLOTS + CODE_CHECK_WAITERS) and a state change one for up to
-#: launcher_reply_wait_secs while a slow launcher answers.
+#: its turn among them all. Measured with scripts/bench/control_plane.py, 100 clients:
+#: with the 2 cores also busy with other work (500 topologies, closed loop),
+#: deactivate+activate p50 106 ms with 8 workers, 146-173 ms with 16, 304-400 ms with
+#: 64 or 128, reads ~2,400 calls/s with each; on a quiet machine (1,000 topologies),
+#: 16 against 64: small reads alone 1.26x the calls/s, the mix 0.92-0.96x, state
+#: changes as fast or faster (p50 61-66 against 62-73 ms). 16, not 8: submits may hold
+#: 10 in their code check (service/topologies.py, CODE_CHECK_SLOTS +
+#: CODE_CHECK_WAITERS) and a state change one for up to launcher_reply_wait_secs while
+#: a slow launcher answers.
 DAEMON_WORKER_THREADS = 16
 #: Storm's nimbus.thrift.max_buffer_size, the daemon's default on purpose instead of the
 #: server library's (Thrift's 16 MB): upload chunks are 300 KiB, so 1 MiB frames are
