@@ -12,14 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from nimbus_thrift.nimbus.security.authz import daemon_principal
-from nimbus_thrift.nimbus.config import load_config
-from nimbus_thrift.nimbus.service.handler import NimbusHandler
 from nimbus_thrift.nimbus.launcher import ComponentStats, RunStatus, WorkerNode
-from nimbus_thrift.nimbus.state.store import Store
 from nimbus_thrift.nimbus.web import WebApp
 from nimbus_thrift.nimbus.web.messages import HttpError, Request, Response
 
-from support.nimbus import FakeClock, FakeLauncher, N, make_zip, request_as, upload, wordcount
+from support.handler_env import HandlerEnv
+from support.nimbus import FakeClock, FakeLauncher, make_zip, request_as, upload, wordcount
 
 #: Who a browser on the daemon's machine is by default: the OS user running the tests,
 #: which is also the daemon's (on loopback the kernel names the client's user).
@@ -41,11 +39,13 @@ class Token(enum.Enum):
 
 
 class FiguresLauncher(FakeLauncher):
-    """A fake launcher whose runs have a start time, a Spark UI, figures and errors."""
+    """A fake launcher whose runs have a start time, a Spark UI (at ``ui_url``; ``""``
+    for none), figures and errors."""
 
-    def __init__(self, clock: FakeClock) -> None:
+    def __init__(self, clock: FakeClock, ui_url: str = "http://127.0.0.1:4040") -> None:
         super().__init__()
         self.clock = clock
+        self.ui_url = ui_url
         self.started: dict[str, float] = {}
         self.run_errors: dict[str, tuple[tuple[str, str, int], ...]] = {}
 
@@ -57,7 +57,7 @@ class FiguresLauncher(FakeLauncher):
         base = super().status(topology_id)
         return RunStatus(state=base.state, detail=base.detail,
                          started_at=self.started.get(topology_id), host="127.0.0.1",
-                         port=4040, ui_url="http://127.0.0.1:4040",
+                         port=4040, ui_url=self.ui_url,
                          components=base.components,
                          errors=self.run_errors.get(topology_id, ()))
 
@@ -66,24 +66,17 @@ class FiguresLauncher(FakeLauncher):
         return [WorkerNode("local-box", "box", 0.0, 4, len(running), "4.3.0", running)]
 
 
-class WebEnv:
-    """A handler (fake launcher, fake clock) and the web application over it."""
+class WebEnv(HandlerEnv):
+    """A handler (figures launcher, fake clock) and the web application over it."""
 
-    def __init__(self, data_dir: Path, **settings: Any):
-        data_dir.mkdir(parents=True)
-        self.clock = FakeClock()
-        self.launcher = FiguresLauncher(self.clock)
-        self.config = load_config(env={}, flags={"data_dir": str(data_dir),
-                                                 "launcher": "none", **settings})
-        self.store = Store(data_dir / "nimbus.sqlite3")
-        self.handler = NimbusHandler(N, self.config, self.store, self.launcher,
-                                     clock=self.clock)
-        self.handler.recover()
+    launcher: FiguresLauncher
+
+    def new_launcher(self) -> FiguresLauncher:
+        return FiguresLauncher(self.clock)
+
+    def open(self) -> None:
+        super().open()
         self.app = WebApp(self.handler)
-
-    def close(self) -> None:
-        self.handler.close()
-        self.store.close()
 
     def submit(self, name: str = "wc", principal: str | None = LOCAL,
                conf: dict[str, Any] | None = None) -> str:

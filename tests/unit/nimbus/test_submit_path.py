@@ -13,43 +13,20 @@ from typing import Any
 
 import pytest
 
-from support.nimbus import WORDCOUNT_CODE, FakeClock, FakeLauncher, N, make_zip, upload, \
-    wordcount
+from support.handler_env import HandlerEnv
+from support.nimbus import WORDCOUNT_CODE, N, make_zip, upload, wordcount
 from nimbus_thrift.nimbus.admission import AdmissionLedger
-from nimbus_thrift.nimbus.config import load_config
-from nimbus_thrift.nimbus.service.handler import NimbusHandler
-from nimbus_thrift.nimbus.state.store import Store
 from nimbus_thrift.nimbus.transfers import uploads as uploads_module
 
 GIB = 1 << 30
 
 
-class Env:
-    def __init__(self, data_dir: Path, **config: Any):
-        self.data_dir = data_dir
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.clock = FakeClock()
-        self.launcher = FakeLauncher()
-        self.config = load_config(env={}, flags={"data_dir": str(data_dir),
-                                                 "launcher": "none", **config})
-        self.open()
-
-    def open(self) -> None:
-        self.store = Store(self.data_dir / "nimbus.sqlite3")
-        self.handler = NimbusHandler(N, self.config, self.store, self.launcher,
-                                     clock=self.clock)
-        self.handler.recover()
-        assert self.handler.background.wait_idle(10)
+class Env(HandlerEnv):
+    restart_closes = True
 
     def close(self) -> None:
         self.handler.topologies.code_checker.close()
-        self.handler.close()
-        self.store.close()
-
-    def restart(self) -> None:
-        self.close()
-        self.launcher = FakeLauncher()
-        self.open()
+        super().close()
 
     def submit(self, name: str, memory: int = 0, code: bytes | None = None) -> None:
         location = upload(self.handler, code if code is not None else make_zip())

@@ -11,40 +11,17 @@ from typing import Any
 import pytest
 from thriftpy2.thrift import TApplicationException
 
-from nimbus_thrift.nimbus.service.handler import NimbusHandler
-from support.nimbus import FakeClock, FakeLauncher, N, audit_events, make_zip, request_as
+from support.handler_env import HandlerEnv
+from support.nimbus import N, audit_events, make_zip, request_as
 from support.nimbus import upload as upload_code
 from support.nimbus import wordcount
 from nimbus_thrift.idl import NIMBUS_COMPONENT
 from nimbus_thrift.nimbus.blobs.acl import ADMIN, READ, WRITE
-from nimbus_thrift.nimbus.config import load_config
-from nimbus_thrift.nimbus.state.store import Store
 
 USER, OTHER = N.AccessControlType.USER, N.AccessControlType.OTHER
 
 
-class Env:
-    def __init__(self, data_dir: Path, **config: Any):
-        self.data_dir = data_dir
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.clock = FakeClock()
-        self.launcher = FakeLauncher()
-        self.config = load_config(env={}, flags={"data_dir": str(data_dir),
-                                                 "launcher": "none", **config})
-        self.open()
-
-    def open(self) -> None:
-        self.store = Store(self.data_dir / "nimbus.sqlite3")
-        self.handler = NimbusHandler(N, self.config, self.store, self.launcher,
-                                   clock=self.clock)
-        self.handler.recover()
-        assert self.handler.background.wait_idle(10)
-
-    def restart(self) -> None:
-        self.store.close()
-        self.launcher = FakeLauncher()
-        self.open()
-
+class Env(HandlerEnv):
     def create(self, key: str, data: bytes, acl: list[Any] | None = None) -> None:
         h = self.handler
         session = h.beginCreateBlob(key, N.SettableBlobMeta(acl=acl or []))

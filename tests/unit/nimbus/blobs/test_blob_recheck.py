@@ -17,38 +17,19 @@ from structlog.testing import capture_logs
 from nimbus_thrift.idl import NIMBUS_COMPONENT
 from nimbus_thrift.nimbus.blobs.acl import ALL, READ
 from nimbus_thrift.nimbus.blobs.placement import BlobMapping
-from nimbus_thrift.nimbus.config import load_config
-from nimbus_thrift.nimbus.service.handler import NimbusHandler
-from nimbus_thrift.nimbus.state.store import Blob, Store
-from support.nimbus import FakeClock, FakeLauncher, N, make_zip, request_as, wordcount
+from nimbus_thrift.nimbus.state.store import Blob
+from support.handler_env import HandlerEnv
+from support.nimbus import N, make_zip, request_as, wordcount
 from support.nimbus import upload as upload_code
 
 USER, OTHER = N.AccessControlType.USER, N.AccessControlType.OTHER
 MAP = "topology.blobstore.map"
 
 
-class Env:
+class Env(HandlerEnv):
     def __init__(self, data_dir: Path):
-        self.data_dir = data_dir
-        data_dir.mkdir(parents=True)
-        self.clock = FakeClock()
         # Users named: the test is about blob ACLs, not about who may use the service.
-        self.config = load_config(env={}, flags={
-            "data_dir": str(data_dir), "launcher": "none", "admins": ["root"],
-            "users": ["alice", "bob"]})
-        self.open()
-
-    def open(self) -> None:
-        self.launcher = FakeLauncher()
-        self.store = Store(self.data_dir / "nimbus.sqlite3")
-        self.handler = NimbusHandler(N, self.config, self.store, self.launcher,
-                                     clock=self.clock)
-        self.handler.recover()
-        assert self.handler.background.wait_idle(10)
-
-    def restart(self) -> None:
-        self.store.close()
-        self.open()
+        super().__init__(data_dir, admins=["root"], users=["alice", "bob"])
 
     def put(self, key: str, data: bytes, acl: list[Any] | None = None) -> None:
         h = self.handler

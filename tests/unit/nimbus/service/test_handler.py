@@ -12,38 +12,13 @@ from typing import Any
 import pytest
 from thriftpy2.thrift import TApplicationException
 
-from support.nimbus import (FakeClock, FakeLauncher, N, common, make_zip, shell, upload,
-                            wordcount)
-from nimbus_thrift.nimbus.config import load_config
+from support.handler_env import HandlerEnv
+from support.nimbus import N, common, make_zip, shell, upload, wordcount
 from nimbus_thrift.idl import NIMBUS_COMPONENT
-from nimbus_thrift.nimbus.service.handler import NimbusHandler
 from nimbus_thrift.nimbus.launcher import ComponentStats
-from nimbus_thrift.nimbus.state.store import Store
 
 
-class Env:
-    def __init__(self, data_dir: Path, **config: Any):
-        self.data_dir = data_dir
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.clock = FakeClock()
-        self.launcher = FakeLauncher()
-        self.config = load_config(env={}, flags={"data_dir": str(data_dir),
-                                                 "launcher": "none", **config})
-        self.open()
-
-    def open(self) -> None:
-        self.store = Store(self.data_dir / "nimbus.sqlite3")
-        self.handler = NimbusHandler(N, self.config, self.store, self.launcher,
-                                     clock=self.clock)
-        self.handler.recover()
-        assert self.handler.background.wait_idle(10)
-
-    def restart(self) -> None:
-        """A new handler over the same data directory (what a daemon restart does)."""
-        self.store.close()
-        self.launcher = FakeLauncher()
-        self.open()
-
+class Env(HandlerEnv):
     def submit(self, name: str = "wc", topology: Any = None, conf: dict | None = None,
                initial: int | None = None, code: bytes | None = None) -> str:
         location = upload(self.handler, code if code is not None else make_zip())

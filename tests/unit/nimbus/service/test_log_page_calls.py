@@ -12,55 +12,32 @@ from typing import Any
 import pytest
 from thriftpy2.thrift import TApplicationException
 
-from support.nimbus import FakeClock, FakeLauncher, N, make_zip, request_as, upload, wordcount
-from nimbus_thrift.nimbus.config import load_config
+from support.handler_env import HandlerEnv
+from support.nimbus import FakeClock, N, make_zip, request_as, upload, wordcount
+from support.web import FiguresLauncher
 from nimbus_thrift.nimbus.service.handler import NimbusHandler
-from nimbus_thrift.nimbus.launcher import ComponentStats, RunStatus, WorkerNode
+from nimbus_thrift.nimbus.launcher import ComponentStats
 from nimbus_thrift.nimbus.service.pages import window_seconds
-from nimbus_thrift.nimbus.state.store import Store
 from nimbus_thrift.runner.rundir import LoggerSetting, RunDir, Sampling
 
 UPDATE, REMOVE, UNCHANGED = (N.LogLevelAction.UPDATE, N.LogLevelAction.REMOVE,
                              N.LogLevelAction.UNCHANGED)
 
 
-class RunningLauncher(FakeLauncher):
-    """A fake launcher whose runs have a start time and errors, on one local node."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        super().__init__()
-        self.clock = clock
-        self.started: dict[str, float] = {}
-        self.run_errors: dict[str, tuple[tuple[str, str, int], ...]] = {}
-
-    def launch(self, spec: Any) -> None:
-        super().launch(spec)
-        self.started[spec.topology_id] = self.clock()
-
-    def status(self, topology_id: str) -> RunStatus:
-        base = super().status(topology_id)
-        return RunStatus(state=base.state, detail=base.detail,
-                         started_at=self.started.get(topology_id), host="127.0.0.1",
-                         port=4040, components=base.components,
-                         errors=self.run_errors.get(topology_id, ()))
-
-    def nodes(self) -> list[WorkerNode]:
-        running = tuple(t for t, s in self.state.items() if s in ("running", "paused"))
-        return [WorkerNode("local-box", "box", 0.0, 4, len(running), "4.3.0", running)]
+def running_launcher(clock: FakeClock) -> FiguresLauncher:
+    """A fake launcher whose runs have a start time and errors, on one local node (no
+    Spark UI)."""
+    return FiguresLauncher(clock, ui_url="")
 
 
-class Env:
+class Env(HandlerEnv):
+    launcher: FiguresLauncher
+
     def __init__(self, data_dir: Path):
-        data_dir.mkdir(parents=True)
-        self.clock = FakeClock()
-        self.launcher = RunningLauncher(self.clock)
-        self.config = load_config(env={}, flags={"data_dir": str(data_dir),
-                                                 "launcher": "none", "admins": ["root"],
-                                                 "users": ["reader", "stranger"]})
-        self.store = Store(data_dir / "nimbus.sqlite3")
-        self.handler = NimbusHandler(N, self.config, self.store, self.launcher, clock=self.clock)
-        self.handler.recover()
-        self.data_dir = data_dir
+        super().__init__(data_dir, admins=["root"], users=["reader", "stranger"])
+
+    def new_launcher(self) -> FiguresLauncher:
+        return running_launcher(self.clock)
 
     def submit(self, name: str = "wc", conf: dict[str, Any] | None = None) -> str:
         location = upload(self.handler, make_zip())
@@ -86,8 +63,7 @@ class Env:
 def env(tmp_path: Path) -> Env:
     e = Env(tmp_path / "data")
     yield e
-    e.handler.close()
-    e.store.close()
+    e.close()
 
 
 def log_config(**levels: Any) -> Any:
@@ -166,7 +142,7 @@ def test_log_config_survives_a_daemon_restart_and_goes_with_the_topology(env: En
     env.handler.setLogConfig(tid, log_config(ROOT=N.LogLevel(action=UPDATE,
                                                              target_log_level="DEBUG")))
     env.handler.close()
-    again = NimbusHandler(N, env.config, env.store, RunningLauncher(env.clock), clock=env.clock)
+    again = NimbusHandler(N, env.config, env.store, running_launcher(env.clock), clock=env.clock)
     again.recover()
     assert again.getLogConfig(tid).named_logger_level["ROOT"].target_log_level == "DEBUG"
     env.handler = again
