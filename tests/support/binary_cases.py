@@ -124,6 +124,24 @@ def all_expected(t: ModuleType) -> object:
         raw={b"\x00": b"\xff\xfe"})
 
 
+def canonical(value: object) -> str:
+    """``value`` as text in which equal values read the same: a set's or a map's
+    iteration order (which depends on insertion order and, with string hash
+    randomisation, on the process) is sorted away; NaN reads as itself."""
+    if isinstance(value, (set, frozenset)):
+        return "set{" + ", ".join(sorted(canonical(v) for v in value)) + "}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(sorted(f"{canonical(k)}: {canonical(v)}"
+                                      for k, v in value.items())) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(canonical(v) for v in value) + "]"
+    if hasattr(value, "thrift_spec"):
+        fields = ", ".join(f"{name}={canonical(getattr(value, name))}"
+                           for _, (_, name, *_rest) in sorted(value.thrift_spec.items()))
+        return f"{type(value).__name__}({fields})"
+    return repr(value)
+
+
 def round_trip_cases(t: ModuleType) -> list[object]:
     return [
         t.All(),
