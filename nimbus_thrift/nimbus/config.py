@@ -21,11 +21,6 @@ from typing import Any, Mapping
 from ..idl import ENV_PREFIX
 from .settings import (OPTIONAL_PATH, OPTIONAL_STR, PRINCIPAL_MAP, PRINCIPALS, SETTINGS,
                        ConfigError, NimbusConfig)
-# Defaults the registry names that other modules (transfers, the daemon, the web side)
-# and their tests import from here, where they were before the registry.
-from .settings import (DEFAULT_MAX_DOWNLOADS_PER_PEER, DEFAULT_MAX_INBOX_BYTES,
-                       DEFAULT_MAX_UPLOADS_PER_PEER, DEFAULT_MIN_FREE_DISK_BYTES,
-                       DEFAULT_UI_PORT, MAX_UNIX_SOCKET_PATH_BYTES)
 
 __all__ = ["ConfigError", "NimbusConfig", "load_config", "is_public", "to_public",
            "ENV_PREFIX", "DEFAULT_MAX_DOWNLOADS_PER_PEER", "DEFAULT_MAX_INBOX_BYTES",

@@ -50,7 +50,8 @@ import structlog
 from ..idl import nimbus_idl
 from ..rpc.make import make_server
 from ..rpc.server import Server
-from .config import MAX_UNIX_SOCKET_PATH_BYTES, ConfigError, NimbusConfig
+from .config import ConfigError, NimbusConfig
+from .settings import MAX_UNIX_SOCKET_PATH_BYTES
 from .security.authz import CertificatePrincipals
 from .service.handler import NimbusHandler
 from .launcher import Launcher

@@ -53,8 +53,8 @@ import structlog
 from ...rpc.context import REQUEST
 from ...rpc.throttle import RateLimitedLog
 from ..security.authz import upload_name
-from ..config import (DEFAULT_MAX_DOWNLOADS_PER_PEER, DEFAULT_MAX_INBOX_BYTES,
-                     DEFAULT_MAX_UPLOADS_PER_PEER, DEFAULT_MIN_FREE_DISK_BYTES, NimbusConfig)
+from ..settings import (DEFAULT_MAX_DOWNLOADS_PER_PEER, DEFAULT_MAX_INBOX_BYTES,
+                       DEFAULT_MAX_UPLOADS_PER_PEER, DEFAULT_MIN_FREE_DISK_BYTES, NimbusConfig)
 from . import partfiles
 from .downloads import Downloads, decrement
 from ..state.store import Store, Upload

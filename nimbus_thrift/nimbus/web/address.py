@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import socket
 
-from ..config import DEFAULT_UI_PORT, NimbusConfig
+from ..config import NimbusConfig
+from ..settings import DEFAULT_UI_PORT
 
 #: Addresses that mean "every interface": a URL names this machine instead.
 ANY_ADDRESS = ("", "0.0.0.0", "::")

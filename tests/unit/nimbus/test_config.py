@@ -342,10 +342,10 @@ def test_spark_cache_dir_values(value: str) -> None:
 
 
 def test_transfer_limits_from_environment_and_defaults() -> None:
-    from nimbus_thrift.nimbus.config import (DEFAULT_MAX_DOWNLOADS_PER_PEER,
-                                             DEFAULT_MAX_INBOX_BYTES,
-                                             DEFAULT_MAX_UPLOADS_PER_PEER,
-                                             DEFAULT_MIN_FREE_DISK_BYTES, load_config)
+    from nimbus_thrift.nimbus.settings import (DEFAULT_MAX_DOWNLOADS_PER_PEER,
+                                               DEFAULT_MAX_INBOX_BYTES,
+                                               DEFAULT_MAX_UPLOADS_PER_PEER,
+                                               DEFAULT_MIN_FREE_DISK_BYTES)
     defaults = load_config(env={})
     assert (defaults.max_uploads_per_peer, defaults.max_downloads_per_peer,
             defaults.max_inbox_bytes, defaults.min_free_disk_bytes) == (

@@ -14,8 +14,9 @@ import pytest
 
 from support.nimbus import FakeClock
 from nimbus_thrift.nimbus.transfers import uploads as transfers_module
-from nimbus_thrift.nimbus.config import (DEFAULT_MAX_DOWNLOADS_PER_PEER,
-                                         DEFAULT_MAX_UPLOADS_PER_PEER, load_config)
+from nimbus_thrift.nimbus.config import load_config
+from nimbus_thrift.nimbus.settings import (DEFAULT_MAX_DOWNLOADS_PER_PEER,
+                                           DEFAULT_MAX_UPLOADS_PER_PEER)
 from nimbus_thrift.nimbus.state.store import Store, TopologyRecord
 from nimbus_thrift.nimbus.transfers.uploads import (TransferError, TransferLimits, TransferRefused,
                                             Transfers, current_peer, peer_address)
