@@ -27,7 +27,7 @@ class Channel:
     and ``interest``, see completion.py)."""
 
     __slots__ = ("conn", "fd", "sock", "io", "tls", "tls_peeked", "interest", "out",
-                 "out_size", "linger_until", "peer_gone")
+                 "out_size", "out_shared", "linger_until", "peer_gone")
 
     def __init__(self, conn: Connection, sock: socket.socket, io: object,
                  tls: Any = None) -> None:
@@ -39,7 +39,8 @@ class Channel:
         self.tls_peeked = False        # its first bytes were checked for a TLS record
         self.interest: int | None = None   # epoll mask; None = not registered
         self.out: list[Buffer] = []    # reply bytes the socket has not taken yet
-        self.out_size = 0              # ... and what they keep alive (completion.held_size)
+        self.out_size = 0              # ... and what they keep alive of their own
+        self.out_shared: list[Any] = []  # ... and the shared bodies they point into
         self.linger_until = 0.0        # lingering after an error reply: when to close
         self.peer_gone = False         # EOF or an error seen while a call was running
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import enum
 import operator
 import re
+import struct
 from dataclasses import dataclass
 from time import perf_counter
 from types import ModuleType
@@ -39,20 +40,22 @@ from typing import Any, Callable
 import structlog
 from thriftpy2.thrift import TApplicationException
 
-from .codec import binary, compact, forms, header
+from .codec import binary, compact, forms, header, replies
 from .context import REQUEST
 from .codec.decoded import DECODED_SIZE_FLOOR
 from .errors import (AppErrorCode, DecodeBudgetError, DecodeError, InvalidMessageTypeError,
                      RequestError, UnknownMethodError, WireError)
 from .codec.forms import FRAMED_BINARY, Form, Message
 from .methodstats import MethodStats
+from .shared import MARKED, mark_of
+from .shared import body as shared_body
 from .options import DEFAULT_DECODED_SIZE_FACTOR, DEFAULT_MAX_FRAME_SIZE
 
 log = structlog.get_logger(__name__)
 
 #: A reply: one whole frame (the 4-byte length, then the message) as one bytes object,
-#: or as a list of buffers to send back to back (large string/binary results, sent
-#: without joining them).
+#: or as a list of buffers to send back to back (large string/binary results and shared
+#: results, sent without joining them).
 Reply = bytes | list[bytes]
 
 #: Multiplexed names are "Service:method", split at the first separator (as Java does).
@@ -169,24 +172,50 @@ class Wire:
     """How one request's replies are written: its form's framing and protocol.
     ``message(name, type, seqid, payload)`` and ``app_error(name, seqid, text, code)``
     return whole replies; ``large`` (framed binary only) the scatter form of a large
-    string result; ``compact`` says which reader decodes the args."""
+    string result; ``shared(name, seqid, body)`` a reply whose result struct is the
+    shared ``body`` (rpc/shared.py); ``compact`` says which reader decodes the args."""
 
-    __slots__ = ("message", "app_error", "large", "compact")
+    __slots__ = ("message", "app_error", "large", "shared", "compact")
 
     def __init__(self, message: Callable[[str, int, int, Any], bytes],
                  app_error: Callable[[str, int, str, int], bytes],
                  large: Callable[[str, int, str | bytes | bytearray], list[bytes]] | None,
+                 shared: Callable[[str, int, bytes], Reply],
                  compact: bool) -> None:
         self.message = message
         self.app_error = app_error
         self.large = large
+        self.shared = shared
         self.compact = compact
+
+
+def _shared_reply(form: Form, protocol: str, echo: header.HeaderFrame | None
+                  ) -> Callable[[str, int, bytes], Reply]:
+    """``Wire.shared`` for ``form``: the reply's own header, then the shared body as a
+    buffer of its own (sent without a copy), except in a THeader frame, which wraps
+    (and may compress) the whole message."""
+    if form.transport == "header":
+        def wrapped(name: str, seqid: int, body: bytes) -> Reply:
+            return forms.wrap(form, replies.head(protocol, name, seqid) + body, echo)
+        return wrapped
+    framed = form.transport == "framed"
+
+    def scattered(name: str, seqid: int, body: bytes) -> Reply:
+        start = replies.head(protocol, name, seqid)
+        if framed:
+            start = _FRAME_LENGTH.pack(len(start) + len(body)) + start
+        return [start, body]
+    return scattered
+
+
+_FRAME_LENGTH = struct.Struct(">I")
 
 
 #: Framed binary: what every reply was before other forms were served.
 FRAMED_BINARY_WIRE = Wire(binary.encode_framed_message,
                           binary.encode_framed_application_exception,
-                          binary.encode_large_reply, False)
+                          binary.encode_large_reply,
+                          _shared_reply(FRAMED_BINARY, "binary", None), False)
 
 
 def wire_for(form: Form, protocol: str, echo: header.HeaderFrame | None = None) -> Wire:
@@ -215,7 +244,7 @@ def _make_wire(form: Form, protocol: str, echo: header.HeaderFrame | None) -> Wi
         return forms.error_reply(form, name, seqid, text, code, echo)
     # An unframed reply is the bare message: the codec's own encoder, no wrap call.
     return Wire(encode if form.transport == "unframed" else message, app_error, None,
-                protocol == "compact")
+                _shared_reply(form, protocol, echo), protocol == "compact")
 
 
 class Dispatcher:
@@ -439,9 +468,22 @@ class Dispatcher:
             return None, _OK
         # Skips the generated __init__ (which sets every field to None first): the
         # writer reads absent fields as None.
+        if MARKED and (mark := mark_of(value)) is not None:
+            return self._encode_shared(method, name, seqid, mark, wire)
         result = object.__new__(method.result_cls)
         result.success = value
         return self._encode(method, name, seqid, result, _OK, wire)
+
+    def _encode_shared(self, method: Method, name: str, seqid: int, mark: Any,
+                       wire: Wire) -> tuple[Reply | None, Status]:
+        """The reply to a call whose handler returned a shared value (rpc/shared.py):
+        its body encoded once per protocol, then sent to every caller."""
+        try:
+            body = shared_body(mark, method.result_cls,
+                               "compact" if wire.compact else "binary")
+            return wire.shared(name, seqid, body), _OK
+        except Exception as exc:
+            return self._encode_failed(name, seqid, exc, wire)
 
     def _encode(self, method: Method, name: str, seqid: int, result: Any,
                 status: Status, wire: Wire = FRAMED_BINARY_WIRE
@@ -454,13 +496,18 @@ class Dispatcher:
                     return wire.large(name, seqid, value), status
             return wire.message(name, binary.REPLY, seqid, result), status
         except Exception as exc:
-            log.error("reply_encode_failed", exc_info=exc, error=f"{type(exc).__name__}: {exc}",
-                      effect="INTERNAL_ERROR")
-            return wire.app_error(
-                name, seqid,
-                f"Internal error processing {name}: the handler's result does not match "
-                f"the IDL ({public_reason(exc)})",
-                AppErrorCode.INTERNAL_ERROR), Status.FAILED
+            return self._encode_failed(name, seqid, exc, wire)
+
+    @staticmethod
+    def _encode_failed(name: str, seqid: int, exc: Exception, wire: Wire
+                       ) -> tuple[Reply | None, Status]:
+        log.error("reply_encode_failed", exc_info=exc, error=f"{type(exc).__name__}: {exc}",
+                  effect="INTERNAL_ERROR")
+        return wire.app_error(
+            name, seqid,
+            f"Internal error processing {name}: the handler's result does not match "
+            f"the IDL ({public_reason(exc)})",
+            AppErrorCode.INTERNAL_ERROR), Status.FAILED
 
     def overload_reply(self, frame: bytes | bytearray | Message, message: str
                        ) -> bytes | None:

@@ -53,6 +53,7 @@ from .memory import MemoryBudget
 from .metrics import ServerState
 from .options import ServerOptions
 from .peers import FAIR_SHARE
+from .shared import split_held
 from .states import Event, State
 from .unixsock import UnixListener
 from .workers import STALL_SECS, WorkerPool
@@ -118,6 +119,10 @@ class Selector:
         self._tls_ready: list[Channel] = []
         #: The channels holding reply bytes (``back.unsent_bytes``), oldest first.
         self._writers: dict[Channel, None] = {}
+        #: The shared bodies (rpc/shared.py) held replies point into, and how many
+        #: replies hold each (by id; ``Channel.out_shared`` keeps them alive): each
+        #: counts once in ``back.unsent_bytes``.
+        self._shared_holders: dict[int, int] = {}
         #: Complete frames read this pass, submitted at its end (an attribute, not a
         #: local: a thread taking over the loop carries on with it, see
         #: ``InlineCalls._take_over``).
@@ -299,7 +304,7 @@ class Selector:
             return size
         conn.advance(Event.REPLY_READY)
         if unsent:
-            self._hold_output(ch, unsent, now, size)
+            self._hold_output(ch, unsent, now)
         else:
             self._reply_sent(ch, now, batch)
         return size
@@ -520,16 +525,23 @@ class Selector:
         elif unsent:
             self._hold_output(ch, unsent, now)
 
-    def _hold_output(self, ch: Channel, unsent: list[Any], now: float,
-                     size: int = 0) -> None:
+    def _hold_output(self, ch: Channel, unsent: list[Any], now: float) -> None:
         """Keep a reply the socket did not take, counted against max_unsent_reply_bytes;
-        past the cap, close the connections that have held theirs longest. ``size``:
-        the bytes ``unsent`` holds (:func:`held_size`), when the caller knows them."""
+        past the cap, close the connections that have held theirs longest. A shared
+        body (rpc/shared.py) counts once, however many replies hold it."""
         back = self.back
         ch.out = unsent
         ch.conn.write_started = now
-        size = size or held_size(unsent)
+        size, shared = split_held(unsent)
         ch.out_size = size
+        if shared:
+            ch.out_shared = shared
+            holders = self._shared_holders
+            for buf in shared:
+                count = holders.get(id(buf))
+                holders[id(buf)] = 1 if count is None else count + 1
+                if count is None:
+                    size += len(buf)
         back.unsent_bytes += size
         self._writers[ch] = None
         self._set_interest(ch, _EPOLLOUT)
@@ -549,6 +561,16 @@ class Selector:
         if ch.out_size:
             self.back.unsent_bytes -= ch.out_size
             ch.out_size = 0
+            self._writers.pop(ch, None)
+        if ch.out_shared:
+            holders = self._shared_holders
+            for buf in ch.out_shared:
+                count = holders.pop(id(buf)) - 1
+                if count:
+                    holders[id(buf)] = count
+                else:
+                    self.back.unsent_bytes -= len(buf)
+            ch.out_shared = []
             self._writers.pop(ch, None)
 
     def _flush(self, ch: Channel, now: float,

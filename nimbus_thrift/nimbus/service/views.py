@@ -23,6 +23,8 @@ serve time (a copy once a second, not a rebuild). The ClusterSummary is kept for
 most one second of the daemon's clock (and of the monotonic clock, which a frozen test
 clock does not stop): its uptimes and run statuses are never more than a second old,
 and asking the launcher of 1,000 topologies happens once a second, not at every call.
+It is also shared with the server (rpc/shared.py): the reply's body is encoded once,
+not per call (an 860 KB summary of 5,000 topologies cost 5 ms a call).
 
 Nothing here takes a topology's lock; a hit reads neither the store nor the launcher's
 list. Builds of the ClusterSummary run one at a time (the others wait for it rather
@@ -40,6 +42,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Protocol
 
+from ...rpc.shared import share
 from ..launcher import RunStatus
 from ..security.authz import TopologyAcl
 from ..state.store import Store, TopologyListing, TopologyRecord
@@ -319,9 +322,11 @@ class Views:
                 self._rows_changed |= rows_changed
                 self._runs_changed |= runs_changed
             raise
-        value = self._idl.ClusterSummary(
+        # Shared (rpc/shared.py): encoded once per protocol for every caller, and held
+        # once however many slow readers are still taking it. Never changed from here.
+        value = share(self._idl.ClusterSummary(
             supervisors=nodes, nimbus_uptime_secs=nimbus_uptime,
-            topologies=[summary for _, _, summary in entries], nimbuses=[leader])
+            topologies=[summary for _, _, summary in entries], nimbuses=[leader]))
         self._cluster = _Cluster(store_counter, runs_counter, int(now), tick, entries,
                                  {e[2].id: at for at, e in enumerate(entries)}, value)
         return value
