@@ -180,7 +180,7 @@ class Wire:
     def __init__(self, message: Callable[[str, int, int, Any], bytes],
                  app_error: Callable[[str, int, str, int], bytes],
                  large: Callable[[str, int, str | bytes | bytearray], list[bytes]] | None,
-                 shared: Callable[[str, int, bytes], Reply],
+                 shared: Callable[[str, int, list[bytes]], Reply],
                  compact: bool) -> None:
         self.message = message
         self.app_error = app_error
@@ -190,21 +190,22 @@ class Wire:
 
 
 def _shared_reply(form: Form, protocol: str, echo: header.HeaderFrame | None
-                  ) -> Callable[[str, int, bytes], Reply]:
-    """``Wire.shared`` for ``form``: the reply's own header, then the shared body as a
-    buffer of its own (sent without a copy), except in a THeader frame, which wraps
+                  ) -> Callable[[str, int, list[bytes]], Reply]:
+    """``Wire.shared`` for ``form``: the reply's own header, then the shared body's
+    buffers as they are (sent without a copy), except in a THeader frame, which wraps
     (and may compress) the whole message."""
     if form.transport == "header":
-        def wrapped(name: str, seqid: int, body: bytes) -> Reply:
-            return forms.wrap(form, replies.head(protocol, name, seqid) + body, echo)
+        def wrapped(name: str, seqid: int, body: list[bytes]) -> Reply:
+            return forms.wrap(form, b"".join((replies.head(protocol, name, seqid), *body)),
+                              echo)
         return wrapped
     framed = form.transport == "framed"
 
-    def scattered(name: str, seqid: int, body: bytes) -> Reply:
+    def scattered(name: str, seqid: int, body: list[bytes]) -> Reply:
         start = replies.head(protocol, name, seqid)
         if framed:
-            start = _FRAME_LENGTH.pack(len(start) + len(body)) + start
-        return [start, body]
+            start = _FRAME_LENGTH.pack(len(start) + sum(map(len, body))) + start
+        return [start, *body]
     return scattered
 
 

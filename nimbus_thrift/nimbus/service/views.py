@@ -314,6 +314,8 @@ class Views:
         try:
             entries = None if last is None else \
                 self._updated(last, rows_changed, runs_changed, now, tick)
+            # Updated in place, the summaries keep their places (and the index).
+            index = None if entries is None or last is None else last.index
             if entries is None:
                 entries = self._listed(now)
             nodes, nimbus_uptime, leader = self._builder.cluster_parts(now)
@@ -326,9 +328,12 @@ class Views:
         # once however many slow readers are still taking it. Never changed from here.
         value = share(self._idl.ClusterSummary(
             supervisors=nodes, nimbus_uptime_secs=nimbus_uptime,
-            topologies=[summary for _, _, summary in entries], nimbuses=[leader]))
+            topologies=[summary for _, _, summary in entries], nimbuses=[leader]),
+            elements="topologies")
+        if index is None:
+            index = {e[2].id: at for at, e in enumerate(entries)}
         self._cluster = _Cluster(store_counter, runs_counter, int(now), tick, entries,
-                                 {e[2].id: at for at, e in enumerate(entries)}, value)
+                                 index, value)
         return value
 
     def _listed(self, now: float) -> list[tuple[TopologyListing, str, Any]]:

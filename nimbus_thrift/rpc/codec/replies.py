@@ -9,6 +9,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from thriftpy2.thrift import TType
+
 from . import binary, compact
 
 _I32 = struct.Struct(">i")
@@ -45,3 +47,39 @@ def head(protocol: str, name: str, seqid: int) -> bytes:
                          compact.varint(len(name_bytes)), name_bytes))
     return b"".join((_STRICT_HEAD.pack(binary.VERSION_1 | binary.REPLY, len(name_bytes)),
                      name_bytes, _I32.pack(seqid)))
+
+
+def struct_body(protocol: str, value: Any) -> bytes:
+    """A struct's own encoding in ``protocol`` (its fields and stop), as it sits in a
+    list or a field."""
+    return result_body(protocol, value)
+
+
+def binary_around_list(value: Any, field: str, count: int) -> tuple[bytes, bytes]:
+    """What :func:`result_body` writes in binary, for a result whose ``success`` is
+    ``value``, before and after the items of ``value``'s list-of-structs ``field``
+    (``count`` of them): the encodings of the items (:func:`struct_body`) go between,
+    so a caller that kept them from an earlier value encodes only the fields around
+    the list again. Byte for byte :func:`result_body`'s output: binary encodes a struct
+    the same wherever it sits."""
+    spec = type(value).thrift_spec
+    field_id = next(fid for fid, entry in spec.items() if entry[1] == field)
+    before = _with_fields(value, [entry[1] for fid, entry in spec.items() if fid < field_id])
+    after = _with_fields(value, [entry[1] for fid, entry in spec.items() if fid > field_id])
+    return (b"".join((_STRUCT_FIELD_0,
+                      struct_body("binary", before)[:-1],       # without its stop
+                      _LIST_OF_STRUCTS.pack(TType.LIST, field_id, TType.STRUCT, count))),
+            struct_body("binary", after)[:-1] + b"\x00\x00")  # the value's stop, the result's
+
+
+#: Field 0 (``success``) holding a struct; a list field of structs and its length.
+_STRUCT_FIELD_0 = struct.pack(">bh", TType.STRUCT, 0)
+_LIST_OF_STRUCTS = struct.Struct(">bhbi")
+
+
+def _with_fields(value: Any, names: list[str]) -> Any:
+    """A copy of the struct ``value`` with only ``names`` set (the writer skips None)."""
+    part = object.__new__(type(value))
+    for entry in type(value).thrift_spec.values():
+        setattr(part, entry[1], getattr(value, entry[1], None) if entry[1] in names else None)
+    return part

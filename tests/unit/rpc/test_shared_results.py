@@ -163,3 +163,62 @@ def test_head_and_body_are_the_whole_message(board, protocol, name, seqid) -> No
         == codec.encode_message(name, binary.REPLY, seqid, result)
     with pytest.raises(ValueError):
         replies.head(protocol, name, 1 << 31)
+
+
+# --- a shared value's list of structs, item by item (the ClusterSummary's topologies)
+
+def cluster(idl: ModuleType, topologies: list[object]) -> object:
+    return idl.ClusterSummary(
+        supervisors=[idl.SupervisorSummary(host="h", uptime_secs=3, num_workers=2,
+                                           num_used_workers=1, supervisor_id="s")],
+        nimbus_uptime_secs=5, topologies=topologies,
+        nimbuses=[idl.NimbusSummary(host="h", port=6627, uptime_secs=4, isLeader=True,
+                                    version="2")])
+
+
+def topology(idl: ModuleType, i: int, status: str = "ACTIVE") -> object:
+    return idl.TopologySummary(id=f"wc-{i}-1", name=f"wc-{i}", num_tasks=2, num_executors=2,
+                               num_workers=1, uptime_secs=i, status=status, owner="ann")
+
+
+@pytest.fixture(scope="module")
+def storm() -> ModuleType:
+    from nimbus_thrift.nimbus.daemon import nimbus_idl
+    return nimbus_idl()
+
+
+@pytest.mark.parametrize("count", [0, 1, 300])
+@pytest.mark.parametrize("protocol", ["binary", "compact"])
+def test_a_value_shared_item_by_item_encodes_as_a_whole_one(storm, count, protocol) -> None:
+    items = [topology(storm, i) for i in range(count)]
+    value = shared.share(cluster(storm, items), elements="topologies")
+    result_cls = storm.Nimbus.getClusterInfo_result
+    whole = replies.result_body(protocol, result_cls(success=value))
+    assert b"".join(shared.body(shared.mark_of(value), result_cls, protocol)) == whole
+
+
+def test_the_next_value_reuses_the_chunks_and_items_it_kept(storm) -> None:
+    result_cls = storm.Nimbus.getClusterInfo_result
+    size = shared.CHUNK_ITEMS
+    items = [topology(storm, i) for i in range(2 * size + 10)]
+    first = shared.share(cluster(storm, items), elements="topologies")
+    body1 = shared.body(shared.mark_of(first), result_cls, "binary")
+    assert len(body1) == 2 + 3                    # around the list, and three chunks
+    assert all(type(chunk) is shared.SharedBuffer for chunk in body1[1:-1])
+    kept = {i: shared._ELEMENTS[id(item)][1] for i, item in enumerate(items)}
+    # One topology changed: a new summary for it, every other object reused.
+    items2 = list(items)
+    items2[size + 7] = topology(storm, size + 7, status="INACTIVE")
+    second = shared.share(cluster(storm, items2), elements="topologies")
+    body2 = shared.body(shared.mark_of(second), result_cls, "binary")
+    assert b"".join(body2) == replies.result_body("binary", result_cls(success=second))
+    # Only the changed item's chunk is new, made of the kept encodings and one new.
+    assert body2[1] is body1[1] and body2[3] is body1[3] and body2[2] is not body1[2]
+    assert all(shared._ELEMENTS[id(items2[i])][1] is kept[i] for i in kept if i != size + 7)
+    # An item no value or chunk holds any more is forgotten with it.
+    gone = id(items[size + 7])
+    del first, items, body1
+    third = shared.share(cluster(storm, items2), elements="topologies")
+    shared.body(shared.mark_of(third), result_cls, "binary")     # the chunks of now
+    gc.collect()
+    assert gone not in shared._ELEMENTS
