@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from .. import logs
-from ..tuning import tune_allocator
+from ..tuning import tune_allocator, tune_gc
 from .options import SettingsCommand, daemon_setting_options, setting_option
 from .stop_signals import on_stop_signals, wait
 
@@ -35,6 +35,7 @@ def nimbus(config_file: Path | None, **flags: Any) -> None:
         raise click.UsageError(str(exc)) from None
     logs.configure(config.log_level, config.log_format)  # type: ignore[arg-type]
     tune_allocator("bounded")
+    tune_gc()
     daemon = NimbusDaemon(config)
     stop = on_stop_signals()
     try:
