@@ -589,9 +589,19 @@ class Store:
         return bool(self._query("SELECT 1 FROM topologies WHERE code_upload=? LIMIT 1",
                                 (upload_id,)))
 
-    def uploads_in_use(self) -> set[str]:
-        """The ids of the uploads some topology's code is (one pass over the index)."""
-        return {row[0] for row in self._query("SELECT DISTINCT code_upload FROM topologies")}
+    def sweepable_uploads(self, idle_before: float, unused_before: float) -> list[Upload]:
+        """What a sweep may delete: open uploads untouched since ``idle_before``, and
+        complete ones finished before ``unused_before`` that no topology's code is.
+        Chosen in SQLite: every stored topology keeps its upload, and reading each row
+        into Python at every sweep cost 60-500 ms at 10,000 topologies."""
+        return [Upload(*r) for r in self._query(
+            "SELECT * FROM uploads WHERE (state='open' AND touched_at<=?) OR "
+            "(state='complete' AND completed_at<=? AND NOT EXISTS "
+            "(SELECT 1 FROM topologies WHERE code_upload=uploads.id)) ORDER BY created_at",
+            (idle_before, unused_before))]
+
+    def open_upload_count(self) -> int:
+        return int(self._query("SELECT COUNT(*) FROM uploads WHERE state='open'")[0][0])
 
     # --- blobs ----------------------------------------------------------------------
     def blob(self, key: str) -> Blob | None:

@@ -459,24 +459,18 @@ class Transfers:
     def sweep(self) -> None:
         """Expire idle uploads and downloads; delete old unused complete uploads."""
         now = self.clock()
-        # Read once per sweep, when first needed: every stored topology keeps its
-        # upload, so asking of each in turn grew with the square of the topologies.
-        in_use: set[str] | None = None
-        for up in self.store.uploads():
-            if up.state == "open" and now - up.touched_at >= self.expiration_secs:
+        for up in self.store.sweepable_uploads(now - self.expiration_secs,
+                                               now - self.retention_secs):
+            if up.state == "open":
                 log.info("upload_expired", upload=up.id, bytes=up.bytes,
                          idle_secs=round(now - up.touched_at))
                 with self._lock_of(up.id):
                     current = self.store.upload(up.id)
                     if current is not None and current.touched_at == up.touched_at:
                         self._delete_upload(current)
-            elif up.state == "complete" and up.completed_at is not None \
-                    and now - up.completed_at >= self.retention_secs:
-                if in_use is None:
-                    in_use = self.store.uploads_in_use()
-                if up.id not in in_use:
-                    log.info("upload_removed", upload=up.id, reason="unused past retention")
-                    self._delete_upload(up)
+            else:
+                log.info("upload_removed", upload=up.id, reason="unused past retention")
+                self._delete_upload(up)
         self.downloads.expire(now)
 
     def recover(self) -> None:

@@ -224,7 +224,7 @@ class DaemonCollector(Collector):
             failures.add_metric([call], count)
         yield failures
         transfers = handler.transfers
-        uploads = sum(1 for up in handler.store.uploads() if up.state == "open")
+        uploads = handler.store.open_upload_count()
         for name, help_text, value in (
                 ("uploads_in_progress", "Code uploads begun and not finished.", uploads),
                 ("downloads_in_progress", "Code downloads open.",

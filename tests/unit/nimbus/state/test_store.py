@@ -198,6 +198,22 @@ def test_upload_rows(store: Store) -> None:
     assert store.upload("u1") is None and store.uploads() == []
 
 
+def test_sweepable_uploads_are_idle_open_ones_and_old_unused_complete_ones(
+        store: Store) -> None:
+    rows = {"idle": ("open", 10.0, None), "busy": ("open", 50.0, None),
+            "old": ("complete", 10.0, 10.0), "new": ("complete", 50.0, 50.0),
+            "used": ("complete", 10.0, 10.0)}
+    for uid, (state, touched, completed) in rows.items():
+        store.insert_upload(Upload(uid, f"/inbox/{uid}", state, 1, None, 1.0, touched,
+                                   completed))
+    store.insert_topology(record(code_upload="used"))
+    assert {u.id for u in store.sweepable_uploads(20.0, 20.0)} == {"idle", "old"}
+    assert {u.id for u in store.sweepable_uploads(60.0, 5.0)} == {"idle", "busy"}
+    assert {u.id for u in store.sweepable_uploads(60.0, 60.0)} == {"idle", "busy", "old",
+                                                                  "new"}
+    assert store.open_upload_count() == 2
+
+
 def test_blob_rows_and_the_bytes_the_quota_counts(store: Store) -> None:
     assert store.stored_bytes() == 0
     store.insert_upload(Upload("u1", "/inbox/u1.zip", "open", 5, None, 1.0, 1.0, None))
