@@ -557,6 +557,16 @@ class Store:
             "SELECT component, message, time_secs FROM errors WHERE topology_id=? "
             "ORDER BY rowid", (topology_id,))]
 
+    def error_counts(self) -> dict[str, dict[str, int]]:
+        """Errors on record per topology and component, in one statement (what a
+        /metrics scrape shows of every topology)."""
+        counts: dict[str, dict[str, int]] = {}
+        for topology_id, component, count in self._query(
+                "SELECT topology_id, component, COUNT(*) FROM errors "
+                "GROUP BY topology_id, component"):
+            counts.setdefault(topology_id, {})[component] = count
+        return counts
+
     # --- uploads --------------------------------------------------------------------
     def insert_upload(self, up: Upload) -> None:
         self._run("INSERT INTO uploads VALUES (?,?,?,?,?,?,?,?)",

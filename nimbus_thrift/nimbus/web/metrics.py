@@ -169,6 +169,7 @@ class DaemonCollector(Collector):
                                    "Topologies by what their launcher reports (failed: "
                                    "left failed after its restarts).", labels=["state"])
         listing = handler.store.listing()
+        stored_errors = handler.store.error_counts()
         statuses = {s.value: 0 for s in Status}
         runs = dict.fromkeys(RUN_STATES, 0)
         families = {field: _family(kind, name, help_text, ["topology", "component"])
@@ -201,8 +202,8 @@ class DaemonCollector(Collector):
                 for field, (_, _, _, scale) in COMPONENT_FIGURES.items():
                     families[field].add_metric([row.id, component],
                                                float(getattr(stats, field)) * scale)
-            counted: dict[str, int] = {}
-            for component, _, _ in [*handler.store.errors(row.id), *run.errors]:
+            counted = dict(stored_errors.get(row.id, {}))
+            for component, _, _ in run.errors:
                 counted[component] = counted.get(component, 0) + 1
             for component, count in sorted(counted.items()):
                 errors.add_metric([row.id, component], count)

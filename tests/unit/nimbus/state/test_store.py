@@ -152,7 +152,10 @@ def test_errors_oldest_first(store: Store) -> None:
     store.insert_topology(record())
     store.add_error("wc-1-1700000000", "split", "first", 1)
     store.add_error("wc-1-1700000000", "count", "second", 2)
-    assert store.errors("wc-1-1700000000") == [("split", "first", 1), ("count", "second", 2)]
+    store.add_error("wc-1-1700000000", "split", "third", 3)
+    assert store.errors("wc-1-1700000000") == [("split", "first", 1), ("count", "second", 2),
+                                               ("split", "third", 3)]
+    assert store.error_counts() == {"wc-1-1700000000": {"split": 2, "count": 1}}
 
 
 def test_error_cap_keeps_the_newest(store: Store) -> None:

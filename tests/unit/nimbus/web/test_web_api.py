@@ -269,6 +269,19 @@ def test_metrics_show_the_daemon_and_each_component(env: WebEnv) -> None:
     assert _unlisted(families) == set()
 
 
+def test_metrics_count_stored_and_running_errors_per_component(env: WebEnv) -> None:
+    tid, other = env.submit(), env.submit(name="other")
+    env.handler.store.add_error(tid, "split", "stored once", 1)
+    env.handler.store.add_error(tid, "split", "stored twice", 2)
+    env.handler.store.add_error(other, "count", "elsewhere", 3)
+    env.launcher.run_errors[tid] = (("count", "running now", 4), ("split", "and now", 5))
+    families = {f.name: f for f in text_string_to_metric_families(
+        env.request("GET", "/metrics").body.decode())}
+    counted = {(s.labels["topology"], s.labels["component"]): s.value
+               for s in families["nimbus_thrift_component_errors"].samples}
+    assert counted == {(tid, "split"): 3, (tid, "count"): 1, (other, "count"): 1}
+
+
 def test_metrics_show_the_thrift_server_and_its_methods(env: WebEnv) -> None:
     from nimbus_thrift.rpc.methodstats import BUCKETS, MethodSnapshot
     from nimbus_thrift.rpc.metrics import MetricsSnapshot
