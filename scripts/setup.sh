@@ -2,6 +2,7 @@
 # Sets up everything nimbus-thrift needs on a fresh Debian/Ubuntu machine, idempotently:
 #   - a virtualenv in .venv with the package (editable) and its test extras;
 #   - the real Thrift peers the interoperability tests talk to (scripts/install_interop.sh);
+#   - Debian's ZooKeeper for the HA tests (scripts/install_zookeeper.sh);
 #   - the Spark driver's class archive (`nimbus-thrift warm-up`: about a minute, once), so
 #     that the first topology starts as fast as later ones (NIMBUS_THRIFT_WARM_UP=0 skips).
 # Usage: scripts/setup.sh            (safe to run again; does only what is missing)
@@ -64,6 +65,7 @@ if [ -x scripts/install_interop.sh ]; then
   scripts/install_interop.sh
 fi
 scripts/install_browser.sh   # Chromium + ChromeDriver for the web page's browser tests
+scripts/install_zookeeper.sh # Debian's ZooKeeper, which the HA tests start on ports of their own
 
 # Topologies start 4-6 s sooner once the driver's class archive exists; make it now
 # rather than during the first submit. Does nothing when it is there already.
