@@ -9,6 +9,7 @@ wheel installs them under ``<prefix>/share/nimbus-thrift/idl`` (see setup.cfg).
 from __future__ import annotations
 
 import os
+import re
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -23,6 +24,16 @@ NIMBUS_COMPONENT = "__nimbus"
 UNIX_SOCKET_NAME = "nimbus.sock"
 #: Environment variables that set a daemon's or a client's settings start with this.
 ENV_PREFIX = "NIMBUS_THRIFT_"
+
+#: In HA mode (issue 28), what a nimbus that is not the leader answers a state change
+#: with: a TApplicationException INTERNAL_ERROR, as Storm's followers send (so Storm's
+#: own clients behave as with Storm: they ask getLeader), whose message names the
+#: leader's ``host:port`` (which Storm's does not), so a client can follow it at once.
+NOT_LEADER_MESSAGE = "this nimbus is not the leader; the leader is {leader}"
+#: ... and while no leader is elected (a client tries again after a pause).
+NO_LEADER_MESSAGE = "this nimbus is not the leader; no leader is elected yet"
+#: Finds the leader's ``host:port`` in such a message (IPv6 hosts in brackets).
+NOT_LEADER_PATTERN = re.compile(r"not the leader; the leader is (\S+:\d+)")
 
 
 def default_data_dir() -> Path:
