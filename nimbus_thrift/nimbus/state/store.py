@@ -49,9 +49,11 @@ import sqlite3
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+from .journal import Change, Journal, Statement
+from .rows import Action, Blob, BlobUpload, TopologyListing, TopologyRecord, Upload
 
 SCHEMA_VERSION = 1
 
@@ -146,88 +148,6 @@ class StoreError(Exception):
     """The database is unusable (newer schema, corrupt file); the message says which."""
 
 
-@dataclass(frozen=True)
-class TopologyRecord:
-    id: str
-    name: str
-    status: str
-    prev_status: str | None
-    owner: str
-    submitted_at: float
-    num_workers: int
-    executors: dict[str, int]
-    tasks: dict[str, int]
-    conf: dict[str, Any]
-    topology: bytes
-    code_upload: str
-    code_sha256: str
-    code_bytes: int
-
-
-@dataclass(frozen=True)
-class TopologyListing:
-    """The small columns of a topology row, as stored (not decoded: a listing must
-    survive a row it cannot decode; the reader checks each value)."""
-
-    id: Any
-    name: Any
-    status: Any
-    prev_status: Any
-    owner: Any
-    submitted_at: Any
-    num_workers: Any
-    executors: Any                  # JSON text
-    tasks: Any                      # JSON text
-
-
-@dataclass(frozen=True)
-class Action:
-    topology_id: str
-    kind: str                       # 'remove' or 'rebalance'
-    due_at: float
-    options: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Blob:
-    """A blob store key's current version. ``acl`` is JSON: ``[[type, name, access]]``."""
-
-    key: str
-    version: int
-    file: str                       # the id of its data file in <data>/blobs
-    bytes: int
-    sha256: str
-    acl: str
-    created_at: float
-    updated_at: float
-
-
-@dataclass(frozen=True)
-class BlobUpload:
-    """A blob upload in progress: a create of a new key or an update of one."""
-
-    id: str                         # also the id of its data file
-    key: str
-    kind: str                       # 'create' or 'update'
-    acl: str | None                 # a create's ACL (JSON, as Blob.acl); None for updates
-    bytes: int                      # acknowledged bytes
-    owner: str | None               # the principal that began it
-    created_at: float
-    touched_at: float
-
-
-@dataclass(frozen=True)
-class Upload:
-    id: str
-    location: str
-    state: str                      # 'open' or 'complete'
-    bytes: int
-    sha256: str | None
-    created_at: float
-    touched_at: float
-    completed_at: float | None
-
-
 class Store:
     """Typed access to the state database. Thread-safe."""
 
@@ -266,6 +186,9 @@ class Store:
         #: (:meth:`watch`); ids changed by the transaction in progress wait in _changed.
         self._watchers: list[Callable[[str], None]] = []
         self._changed: set[str] = set()
+        #: Where commits go first in HA mode (journal.py), and the transaction's writes.
+        self._journal: Journal | None = None
+        self._pending: list[Statement] = []
         try:
             with self.transaction():
                 for statement in filter(str.strip, _SCHEMA.split(";")):
@@ -310,12 +233,18 @@ class Store:
             except BaseException:
                 self._depth -= 1
                 if self._depth == 0:
-                    self._owner = None
-                    self._changed.clear()
-                    self._db.execute("ROLLBACK")
+                    self._end_failed()
                 raise
             self._depth -= 1
             if self._depth == 0:
+                if self._pending:
+                    pending, self._pending = self._pending, []
+                    if self._journal is not None:
+                        try:
+                            self._journal.record(Change(tuple(pending)))
+                        except BaseException:
+                            self._end_failed()
+                            raise
                 self._owner = None
                 self._db.execute("COMMIT")
                 committed = True
@@ -324,6 +253,35 @@ class Store:
                     self.notify(topology_id)    # told earlier could cache the old row
         if committed and self._wal_synced:
             self._sync()
+
+    def _end_failed(self) -> None:
+        self._owner = None
+        self._changed.clear()
+        self._pending.clear()
+        self._db.execute("ROLLBACK")
+
+    def set_journal(self, journal: Journal | None) -> None:
+        """Send every commit to ``journal`` first (HA mode); None: commit alone."""
+        with self._lock:
+            self._journal = journal
+
+    def apply(self, change: Change) -> None:
+        """Replay a change another store committed (a replica's side of the journal):
+        its statements in one transaction, not journaled again; the watchers are told
+        as after a commit of this store's own."""
+        with self._lock:
+            journal, self._journal = self._journal, None
+            try:
+                with self.transaction():
+                    for statement in change.statements:
+                        self._db.execute(statement.sql, statement.params)
+                        if statement.topology is not None:
+                            self._changed.add(statement.topology)
+                            if statement.sql.startswith("DELETE FROM topologies"):
+                                self._forget(statement.topology)
+                    self._pending.clear()
+            finally:
+                self._journal = journal
 
     def _sync(self) -> None:
         """Make every commit so far durable: fsync the WAL (its frames are written at
@@ -363,6 +321,7 @@ class Store:
         with self.transaction():
             if topology is not None:
                 self._changed.add(topology)
+            self._pending.append(Statement(sql, params, topology))
             return self._db.execute(sql, params)
 
     def _in_transaction(self) -> bool:
@@ -411,7 +370,7 @@ class Store:
         with self.transaction():
             row = self._db.execute("SELECT value FROM meta WHERE key='counter'").fetchone()
             value = int(row[0]) + 1 if row else 1
-            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('counter', ?)", (value,))
+            self._run("INSERT OR REPLACE INTO meta VALUES ('counter', ?)", (value,))
             return value
 
     # --- topologies -----------------------------------------------------------------
@@ -543,10 +502,9 @@ class Store:
     def add_error(self, topology_id: str, component: str, message: str,
                   time_secs: int) -> None:
         with self.transaction():
-            self._changed.add(topology_id)
-            self._db.execute("INSERT INTO errors VALUES (?,?,?,?)",
-                             (topology_id, component, message, time_secs))
-            self._db.execute(
+            self._run("INSERT INTO errors VALUES (?,?,?,?)",
+                      (topology_id, component, message, time_secs), topology_id)
+            self._run(
                 "DELETE FROM errors WHERE topology_id=? AND rowid NOT IN (SELECT rowid "
                 "FROM errors WHERE topology_id=? ORDER BY rowid DESC LIMIT ?)",
                 (topology_id, topology_id, MAX_ERRORS_PER_TOPOLOGY))
