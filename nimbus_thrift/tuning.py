@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import resource
 import time
 from collections.abc import Callable
 from typing import Any
@@ -134,3 +135,38 @@ def tune_gc() -> GcPauses:
     pauses = GcPauses()
     pauses.install()
     return pauses
+
+
+#: Where Linux caps RLIMIT_NOFILE whatever the hard limit says (fs.nr_open), read when
+#: the hard limit is unlimited: a soft limit above it is refused.
+NR_OPEN_PATH = "/proc/sys/fs/nr_open"
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit (or, when that is
+    unlimited, to the kernel's fs.nr_open); return (before, after).
+
+    Why: the usual soft limit is 1,024 (kept low for programs that still use
+    ``select()``, which cannot see a descriptor above 1,023), while a server's default
+    max_connections is 4,096; the hard limit is what the administrator allows. The
+    server clamps its connections to whatever soft limit is in force
+    (rpc.options.ServerOptions.within_open_files), so this only gives it room. Child
+    processes (spark-submit, its JVM) inherit the raised limit; the JVM raises its own
+    anyway. Fails soft: if the kernel refuses, the limit stays as it was.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:
+        try:
+            with open(NR_OPEN_PATH) as f:
+                target = int(f.read())
+        except (OSError, ValueError):
+            return soft, soft
+    if soft != resource.RLIM_INFINITY and soft >= target:
+        return soft, soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError) as exc:
+        log.warning("open_files_limit_not_raised", soft=soft, hard=hard, error=str(exc))
+        return soft, soft
+    return soft, target

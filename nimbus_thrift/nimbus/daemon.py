@@ -62,6 +62,7 @@ from .state.store import Store
 from .security.tlsconf import server_ssl_context
 from .web import HttpServer, make_web_server
 from .web.address import ui_url
+from .web.limits import MAX_CONNECTIONS as WEB_MAX_CONNECTIONS
 
 log = structlog.get_logger(__name__)
 
@@ -75,6 +76,13 @@ FILE_MODE = 0o600
 #: processes it starts (they inherit it).
 DAEMON_UMASK = 0o077
 DATABASE = "nimbus.sqlite3"
+#: Descriptors the Thrift side's connections leave to the daemon's own files, below the
+#: open-files limit (rpc ServerOptions.reserved_descriptors): SQLite's database, -wal
+#: and -shm per connection, uploads and downloads being written or read (32 per peer),
+#: blobs being unpacked, each launch's spark-submit pipes and log, the audit log, stdio.
+#: 256 is a round figure with room for a few peers' uploads and launches at once (an
+#: idle daemon with its web side holds 37); the web side's 256 slots come on top.
+OWN_DESCRIPTORS = 256
 
 # The umask is the process's, not the daemon's: several daemons in one process (tests,
 # an embedding application) share it. The first start sets it and the last stop puts
@@ -317,6 +325,12 @@ class NimbusDaemon:
                 # being sent back to the pool. Per-method figures feed the HTTP side's
                 # /metrics (rpc/methodstats.py).
                 inline_calls=False, method_metrics=True,
+                # Connections never take the descriptors SQLite, uploads, launches and
+                # the web side need (issue 27: idle connections from one address took
+                # them all); the server clamps max_connections to the soft limit less
+                # this (the CLI raises the soft limit to the hard one first).
+                reserved_descriptors=OWN_DESCRIPTORS + (WEB_MAX_CONNECTIONS
+                                                        if config.ui_port else 0),
                 # Who calls: loopback clients as their OS user, certificates as their
                 # CN but never a reserved name (authz.py).
                 identify_local_peers=True,
@@ -337,8 +351,12 @@ class NimbusDaemon:
                 self.server = None
             self._close_state()
             raise
+        in_force = self.server.options
         log.info("nimbus_started", host=address[0], port=address[1],
                  data_dir=str(config.data_dir), launcher=config.launcher,
+                 max_connections=in_force.max_connections,
+                 max_connections_per_peer=in_force.per_peer_limit,
+                 open_files_limit=self.server.open_files_limit,
                  topologies=len(self.store.topologies()),
                  tls="mutual" if config.mutual_tls else "on" if ssl_context else "off",
                  unix_socket=str(unix_socket) if unix_socket is not None else None,

@@ -367,7 +367,13 @@ class NimbusConfig:
         details=_SEE_LIMITS)
     max_connections: int = setting(
         DEFAULT_MAX_CONNECTIONS, minimum=1, section=SERVER,
-        doc="Open connections.", details=_SERVER_OPTIONS)
+        doc="Open connections; at most the open-files limit less what the daemon keeps "
+            "for its own files.",
+        details="The daemon raises its soft open-files limit (ulimit -n) to the hard "
+                "one at start, then clamps this to the limit less 512 descriptors "
+                "(SQLite, uploads, launches, the web side); its nimbus_started log "
+                "line says what is in force. When full, the oldest idle connection "
+                "is closed to make room. " + _SERVER_OPTIONS)
     idle_timeout: float = setting(
         DEFAULT_IDLE_TIMEOUT, section=SERVER,
         doc="A connection idle this long between requests is closed.",
@@ -394,7 +400,10 @@ class NimbusConfig:
     max_connections_per_peer: int = setting(
         0, minimum=0, section=SERVER,
         default_text="0: a quarter of max_connections",
-        doc="Connections one client address may hold.", details=_SERVER_OPTIONS)
+        doc="Connections one client address may hold.",
+        details="Shrinks in proportion when max_connections is clamped to the "
+                "open-files limit. An address at its share loses its own oldest idle "
+                "connection to a new one. " + _SERVER_OPTIONS)
     max_unsent_reply_bytes: int = setting(
         DAEMON_MAX_UNSENT_REPLY_BYTES, minimum=1, unit="bytes", section=SERVER,
         doc="Reply bytes held for clients that do not read them, all connections together.",

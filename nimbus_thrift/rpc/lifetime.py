@@ -39,7 +39,7 @@ from .localpeer import PeerLookup, connection_user
 from .memory import MemoryBudget
 from .metrics import ServerState
 from .options import ServerOptions
-from .peers import PeerShare
+from .peers import PeerShare, eviction_choice, oldest_idle
 from .states import Event, State
 from .throttle import LogThrottle
 from .tls import (DONE, WANT_WRITE, CertificateRefused, HandshakeFailed, TLSStream,
@@ -88,6 +88,8 @@ class Lifetime:
         #: Each client address's open connections and requests in the pool (peers.py).
         self.per_peer: dict[str, PeerShare] = {}
         self._per_peer_limit = options.per_peer_limit
+        #: Idle connections closed to make room for new ones (peers.eviction_choice).
+        self.evicted = 0
         self._refusal_log = LogThrottle()
         #: The kernel lookups of local TCP clients' users (options.identify_local_peers),
         #: made on the first such accept.
@@ -175,16 +177,23 @@ class Lifetime:
                         # the loopback address.
                         host = f"local:{principal}"
             share = self.per_peer.get(host)
-            count = share.connections if share is not None else 0
-            if state.connections_open >= opts.max_connections:
-                self._refuse_connection(sock, host, peer, now, "max_connections",
-                                        opts.max_connections)
-                continue
-            if count >= self._per_peer_limit:
-                state.connections_refused_per_peer += 1
-                self._refuse_connection(sock, host, peer, now, "max_connections_per_peer",
-                                        self._per_peer_limit)
-                continue
+            if share is not None and share.connections >= self._per_peer_limit:
+                # This address is at its share: its own oldest idle connection makes
+                # room (peers.py), or, with all of them in calls, the new one goes.
+                if not self._evict(self._idle_of(share), now,
+                                   "max_connections_per_peer", self._per_peer_limit):
+                    state.connections_refused_per_peer += 1
+                    self._refuse_connection(sock, host, peer, now,
+                                            "max_connections_per_peer",
+                                            self._per_peer_limit)
+                    continue
+            elif state.connections_open >= opts.max_connections:
+                if not self._evict(self._idle_anywhere(), now,
+                                   "max_connections", opts.max_connections):
+                    self._refuse_connection(sock, host, peer, now, "max_connections",
+                                            opts.max_connections)
+                    continue
+            share = self.per_peer.get(host)     # the eviction may have emptied it
             if share is None:
                 share = self.per_peer[host] = PeerShare()
             share.connections += 1
@@ -228,10 +237,36 @@ class Lifetime:
             self.ep.register(ch.fd, _EPOLLIN)
             self.conns[ch.fd] = ch
             self.channel_of[conn] = ch
+            share.channels[ch.fd] = ch
             state.connections_open += 1
             state.connections_accepted += 1
             log.debug("connection_opened", peer=peer)
         return False      # the per-pass cap: more may be waiting
+
+    def _idle_of(self, share: PeerShare) -> Channel | None:
+        return oldest_idle(share.channels.values()) if self.options.evict_idle else None
+
+    def _idle_anywhere(self) -> Channel | None:
+        return eviction_choice(self.per_peer) if self.options.evict_idle else None
+
+    def _evict(self, victim: Channel | None, now: float, limit_name: str,
+               limit: int) -> bool:
+        """Close ``victim`` (an idle connection, peers.eviction_choice) to make room
+        for a new one; False if there is none. One log line per address per
+        LogThrottle interval, as for refusals."""
+        if victim is None or not self.options.evict_idle:
+            return False
+        conn = victim.conn
+        self.evicted += 1
+        held = self._refusal_log.allow(conn.host, now)
+        if held is not None:
+            log.warning("connection_evicted", peer=conn.peer, limit_name=limit_name,
+                        limit=limit, idle_s=round(now - conn.last_activity, 3),
+                        reason=f"{limit_name} ({limit}) reached: the oldest idle "
+                               f"connection makes room for a new one",
+                        similar_refusals_not_logged=held)
+        self.really_close(victim)
+        return True
 
     def _refuse_connection(self, sock: socket.socket, host: str, peer: str, now: float,
                            limit_name: str, limit: int) -> None:
@@ -477,6 +512,7 @@ class Lifetime:
             del self.channel_of[conn]
             share = conn.share
             share.connections -= 1
+            share.channels.pop(ch.fd, None)
             if share.connections <= 0:
                 # A request still in the pool decrements the orphaned counts; a new
                 # connection from this address starts afresh.

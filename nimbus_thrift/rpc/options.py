@@ -31,6 +31,16 @@ DEFAULT_WORKER_QUEUE_SIZE = 4096
 #: server closes new connections at once instead of failing later on EMFILE.
 DEFAULT_MAX_CONNECTIONS = 4096
 
+#: File descriptors kept free for everything but connections when max_connections is
+#: clamped to the process's open-files limit (:meth:`ServerOptions.within_open_files`):
+#: the server's own (the listeners, the epoll set, the wake-up pair, the netlink socket
+#: of identify_local_peers: 6), stdio and log files, and what an embedding process
+#: opens while serving (a database, a file being written). Without a reserve, idle
+#: connections took every descriptor and accept(), SQLite and open() all failed with
+#: EMFILE (issue 27: 1,010 idle connections against the usual soft limit of 1,024).
+#: The Nimbus daemon asks for more (nimbus/daemon.py).
+DEFAULT_RESERVED_DESCRIPTORS = 64
+
 #: Seconds a connection may sit between requests with nothing to read or write.
 #: Storm's storm.thrift.socket.timeout.ms is 600000.
 DEFAULT_IDLE_TIMEOUT = 600.0
@@ -66,6 +76,15 @@ DEFAULT_MIN_FRAME_RATE = 1024
 #: Seconds at the start of a frame during which the rate is not checked: room for a
 #: client's GC pause or TCP retransmissions (1 + 2 + 4 s of back-off) mid-frame.
 DEFAULT_FRAME_RATE_GRACE = 10.0
+
+#: Seconds a frame in progress may go without a byte before its connection is closed
+#: (the rate since its last bytes, where min_frame_rate is the average since its
+#: start: a frame that brought 1 MiB fast and then stopped 16 bytes short would meet
+#: that average for 1,000 s, holding 1 MiB of the budget; issue 27's attack filled a
+#: 64 MiB budget with them). A frame is one buffered write by its client, so its bytes
+#: stop only when the network does: Linux's retransmission back-off, from its 200 ms
+#: minimum, passes 3 s only after the fourth loss of the same segment.
+DEFAULT_FRAME_PROGRESS_TIMEOUT = 5.0
 
 #: Share of max_connections one client address may hold when
 #: max_connections_per_peer is not set: a quarter, so filling the server takes at
@@ -134,6 +153,13 @@ class ServerOptions:
     #: the whole budget, if smaller); read the value in force from :attr:`peer_read_share`.
     max_read_buffer_bytes_per_peer: int | None = None
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    #: Descriptors max_connections leaves free below the open-files limit (see
+    #: DEFAULT_RESERVED_DESCRIPTORS); 0 lets connections take every one.
+    reserved_descriptors: int = DEFAULT_RESERVED_DESCRIPTORS
+    #: At max_connections, or an address at its share, close the oldest idle connection
+    #: to make room for the new one (rpc/peers.py, eviction_choice); False refuses the
+    #: new one instead, so whoever holds idle connections keeps the server full.
+    evict_idle: bool = True
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT
     frame_read_timeout: float | None = DEFAULT_FRAME_READ_TIMEOUT
     write_timeout: float | None = DEFAULT_WRITE_TIMEOUT
@@ -142,6 +168,8 @@ class ServerOptions:
     #: Bytes/s; None turns the rate rule off.
     min_frame_rate: int | None = DEFAULT_MIN_FRAME_RATE
     frame_rate_grace: float = DEFAULT_FRAME_RATE_GRACE
+    #: Seconds mid-frame without a byte before the connection is closed; None: off.
+    frame_progress_timeout: float | None = DEFAULT_FRAME_PROGRESS_TIMEOUT
     #: None: max_connections // PER_PEER_SHARE, at least min(PER_PEER_FLOOR,
     #: max_connections); read the value in force from :attr:`per_peer_limit`.
     max_connections_per_peer: int | None = None
@@ -189,6 +217,10 @@ class ServerOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise OptionError(f"{name} must be a positive integer, not {value!r}.")
+        reserve = self.reserved_descriptors
+        if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
+            raise OptionError(f"reserved_descriptors must be a whole number, 0 or more, "
+                              f"not {reserve!r}.")
         for name in ("max_connections_per_peer", "min_frame_rate", "send_buffer_size",
                      "max_read_buffer_bytes_per_peer"):
             value = getattr(self, name)
@@ -202,7 +234,7 @@ class ServerOptions:
             raise OptionError(f"frame_rate_grace must be a number of seconds, 0 or more, "
                               f"not {grace!r}.")
         for name in ("idle_timeout", "frame_read_timeout", "write_timeout",
-                     "first_request_timeout", "park_timeout"):
+                     "first_request_timeout", "park_timeout", "frame_progress_timeout"):
             value = getattr(self, name)
             # `not value > 0` also refuses NaN, which would silently disable the timeout.
             if value is not None and (isinstance(value, bool)
@@ -246,7 +278,7 @@ class ServerOptions:
             # Frozen: keep it a tuple in the canonical order, whatever was given.
             object.__setattr__(self, name, tuple(k for k in known if k in value))
         for name in ("strict_read", "inline_calls", "method_metrics",
-                     "identify_local_peers"):
+                     "identify_local_peers", "evict_idle"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"{name} must be True or False, "
                                   f"not {getattr(self, name)!r}.")
@@ -270,6 +302,34 @@ class ServerOptions:
         if self.max_read_buffer_bytes_per_peer is not None:
             return min(self.max_read_buffer_bytes_per_peer, budget)
         return max(budget // PER_PEER_SHARE, min(self.max_frame_size, budget))
+
+    def within_open_files(self, open_files: int | None) -> "ServerOptions":
+        """These options with :attr:`max_connections` at most ``open_files`` (the
+        process's soft RLIMIT_NOFILE; None: unlimited) less
+        :attr:`reserved_descriptors`, so connections alone can never exhaust the
+        process's descriptors. An explicit :attr:`max_connections_per_peer` shrinks in
+        proportion (the default share follows the clamped total by itself), so one
+        address keeps the part of the server it was given, not more. Unchanged (the
+        same object) when the limit leaves room for every connection.
+
+        Raises:
+            OptionError: the limit leaves no descriptor for a connection.
+        """
+        if open_files is None or open_files < 0:
+            return self
+        room = open_files - self.reserved_descriptors
+        if room >= self.max_connections:
+            return self
+        if room < 1:
+            raise OptionError(
+                f"the open-files limit of {open_files} leaves no descriptor for a "
+                f"connection once reserved_descriptors ({self.reserved_descriptors}) are "
+                f"kept free; raise the limit (ulimit -n) or lower reserved_descriptors.")
+        per_peer = self.max_connections_per_peer
+        if per_peer is not None:
+            per_peer = max(1, per_peer * room // self.max_connections)
+        return dataclasses.replace(self, max_connections=room,
+                                   max_connections_per_peer=per_peer)
 
     @classmethod
     def from_kwargs(cls, **kwargs: object) -> "ServerOptions":

@@ -9,6 +9,7 @@ builds them, runs the selector on its thread and stops it.
 
 from __future__ import annotations
 
+import resource
 import socket
 import threading
 import time
@@ -34,8 +35,20 @@ class Server:
         """``listener``: serve from a socket that already listens instead of binding
         ``host``:``port`` (a child of ``make_server(processes=N)`` accepts the
         connections its parent hands over, see rpc/multiprocess/handoff.py; it has no Unix socket,
-        which check_processes refuses for processes > 1)."""
+        which check_processes refuses for processes > 1).
+
+        ``options.max_connections`` is clamped here to the process's open-files limit
+        (:meth:`ServerOptions.within_open_files`); :attr:`options` is what is in force,
+        :attr:`configured` what was asked.
+
+        Raises:
+            OptionError: the open-files limit leaves no descriptor for connections.
+        """
         self.dispatcher = dispatcher
+        self.configured = options
+        #: The soft RLIMIT_NOFILE the limits were fitted to (None: unlimited).
+        self.open_files_limit = soft_open_files()
+        options = options.within_open_files(self.open_files_limit)
         self.options = options
         self._host = host
         self._port = port
@@ -78,6 +91,7 @@ class Server:
                                       self._budget, self._state, unix)
             addr = listener.getsockname()
             self.address = (addr[0], addr[1])
+            clamped = self.options is not self.configured
             log.info("listening", host=addr[0], port=addr[1],
                      workers=self.options.worker_threads,
                      max_frame_size=self.options.max_frame_size,
@@ -85,6 +99,10 @@ class Server:
                      max_connections=self.options.max_connections,
                      max_connections_per_peer=self.options.per_peer_limit,
                      max_read_buffer_bytes_per_peer=self.options.peer_read_share,
+                     open_files_limit=self.open_files_limit,
+                     reserved_descriptors=self.options.reserved_descriptors,
+                     max_connections_configured=(self.configured.max_connections
+                                                 if clamped else None),
                      unix_socket=self.options.unix_socket,
                      tls=self.options.ssl_context is not None)
             return self.address
@@ -178,3 +196,11 @@ class Server:
             raise
         finally:
             self._stopped.set()
+
+
+def soft_open_files() -> int | None:
+    """The process's soft RLIMIT_NOFILE: the most descriptors it may hold (None when
+    unlimited). nimbus_thrift.tuning.raise_open_files_limit raises it to the hard
+    limit; a library leaves that to the program (STYLE.md 9)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft

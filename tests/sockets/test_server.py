@@ -462,7 +462,8 @@ def test_frame_read_timeout_frees_a_trickled_frame(demo):
 
 
 def test_max_connections(demo, logs):
-    with serve(demo, max_connections=2) as server:
+    # Refusing is the rule with eviction off (test_connection_eviction.py: on).
+    with serve(demo, max_connections=2, evict_idle=False) as server:
         a, b = connect(server.address), connect(server.address)
         try:
             roundtrip(a, call(demo.Echo, "ping"), demo.Echo)

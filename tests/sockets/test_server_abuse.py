@@ -156,7 +156,8 @@ def test_a_frame_waiting_too_long_for_memory_is_refused(demo, logs):
 
 
 def test_one_address_cannot_take_every_slot(demo, logs):
-    with serve(demo, max_connections=20, max_connections_per_peer=3) as server:
+    with serve(demo, max_connections=20, max_connections_per_peer=3,
+               evict_idle=False) as server:
         mine = [connect(server.address, source=ATTACKER) for _ in range(3)]
         try:
             for sock in mine:

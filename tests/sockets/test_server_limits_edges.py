@@ -20,7 +20,8 @@ def served(demo, sock, text):
 
 
 def test_max_connections_refuses_a_new_address_when_the_server_is_full(demo, logs):
-    with serve(demo, max_connections=2, max_connections_per_peer=1) as server:
+    with serve(demo, max_connections=2, max_connections_per_peer=1,
+               evict_idle=False) as server:
         first = connect(server.address, source="127.0.0.1")
         second = connect(server.address, source="127.0.0.2")
         try:

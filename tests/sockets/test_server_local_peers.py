@@ -199,7 +199,8 @@ def test_each_local_user_has_its_own_share_of_the_loopback_address(
     whole per-peer share of 127.0.0.1 does not lock the daemon's user out."""
     import subprocess
 
-    host, port = who_server(identify_local_peers=True, max_connections_per_peer=2)
+    host, port = who_server(identify_local_peers=True, max_connections_per_peer=2,
+                              evict_idle=False)
     request = frame(message("echo", 1, demo_thrift().Echo.echo_args(s=""))).hex()
     with subprocess.Popen([SYSTEM_PYTHON, "-I", "-c", HOLDER, host, str(port), "3",
                            request], user=NOBODY_UID, stdin=subprocess.PIPE,

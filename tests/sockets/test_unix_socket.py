@@ -101,7 +101,8 @@ def test_a_path_that_is_not_a_socket_is_left_alone(demo, path):
 
 def test_per_address_limits_count_each_local_user_as_one_address(demo, path):
     with nimbus_thrift.make_server(demo.Echo, EchoHandler(), port=0, worker_threads=1,
-                                   unix_socket=path, max_connections_per_peer=2) as server:
+                                   unix_socket=path, max_connections_per_peer=2,
+                                   evict_idle=False) as server:
         kept = [unix_connect(path) for _ in range(2)]
         try:
             for sock in kept:
