@@ -66,9 +66,13 @@ def connection_options(func: Any) -> Any:
                            help=f"Port of the nimbus (env NIMBUS_THRIFT_PORT).  "
                                 f"[default: {NIMBUS_PORT}]")(command)
     command = click.option("--host",
-                           help="Where the nimbus runs (env NIMBUS_THRIFT_HOST).  [default: "
-                                "the local daemon's socket if it exists and no --port is "
-                                f"given, else {DEFAULT_HOST}]")(command)
+                           help="Where the nimbus runs, or an HA cluster's nimbus seeds "
+                                "separated by commas (a,b:6628,c; those without a port "
+                                "take --port): reads go to the first that answers, state "
+                                "changes to the leader (env NIMBUS_THRIFT_HOST; "
+                                "NIMBUS_THRIFT_NIMBUS_SEEDS).  [default: the local "
+                                "daemon's socket if it exists and no --port is given, "
+                                f"else {DEFAULT_HOST}]")(command)
     return command
 
 

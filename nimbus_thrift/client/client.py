@@ -20,6 +20,10 @@ One call::
     REPLY     -> the IDL's result, or its declared exception raised as-is
     EXCEPTION -> FrameRefused (server side) or ServerError
 
+With several nimbus seeds (``hosts=``, an HA cluster), :mod:`.leader` routes each
+call: reads to the first seed that answers, state changes to the leader, following it
+when it moves; one host is exactly the client of one nimbus described here.
+
 Why only the pure getters are retried after a lost connection: a mutating call
 (submitTopology, killTopology, uploadChunk, ...) may have reached the server and taken
 effect before the connection broke; sending it again could submit twice, append a
@@ -37,11 +41,13 @@ call.
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import fields
+from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -49,12 +55,15 @@ from ..idl import NIMBUS_PORT, nimbus_idl
 from ..rpc.codec import binary
 from ..rpc.codec.calls import bind_args, encode_call
 from ..rpc.options import DEFAULT_MAX_FRAME_SIZE
+from ..topology.package import prepare
 from . import files
 from .defaults import (DEFAULT_CHUNK_SIZE, DEFAULT_MAX_DOWNLOAD_BYTES, DEFAULT_POLL_INTERVAL,
                        DEFAULT_WAIT_TIMEOUT, READ_ONLY_METHODS)
 from .errors import ConnectionLost, FrameRefused, NimbusClientError
+from .leader import SeedRouter, seed_router
 from .options import ClientOptions
-from .submit import submit_topology, wait_for_topology
+from .seeds import Address, parse_seeds, seed_text
+from .submit import submit_prepared, wait_for_topology
 from .tls import ClientTls
 from .transport import FramedTransport
 
@@ -66,6 +75,8 @@ _MAX_SEQID = 0x7FFFFFFF
 #: The keyword arguments NimbusClient passes on to ClientOptions.
 _SETTINGS = frozenset(f.name for f in fields(ClientOptions)
                       if f.init and f.name not in ("host", "port"))
+
+T = TypeVar("T")
 
 
 def _option(name: str, doc: str) -> Any:
@@ -98,18 +109,24 @@ class NimbusClient:
     here, each one :meth:`call`.
     """
 
-    def __init__(self, host: str = "localhost", port: int = NIMBUS_PORT,
+    def __init__(self, host: str = "localhost", port: int = NIMBUS_PORT, *,
+                 hosts: str | list[str] | list[Address] | None = None,
                  **settings: Any) -> None:
         """Set the client up; nothing is connected yet (certificate files are read now).
 
         Args:
             host, port: where Nimbus listens (ignored with ``unix_socket``).
+            hosts: instead of ``host``, the nimbus seeds of an HA cluster (Storm's
+                ``nimbus.seeds``): ``host``, ``host:port`` or ``(host, port)`` each, or
+                one string of them separated by commas; ``port`` is the port of those
+                without one. With several, reads go to the first that answers and
+                state changes to the leader (see :mod:`.leader`); one is ``host``.
             settings: by keyword, the other fields of :class:`.options.ClientOptions`,
                 which says what each means and its default: ``timeout``,
                 ``connect_timeout``, ``connect_attempts``, ``backoff_initial``,
                 ``backoff_factor``, ``backoff_max``, ``max_frame_size``,
                 ``decoded_size_factor``, ``ssl_context``, ``cert_file``, ``key_file``,
-                ``ca_file``, ``unix_socket``.
+                ``ca_file``, ``unix_socket``, ``leader_wait``.
 
         Raises:
             ValueError: an argument out of range, a certificate file that cannot be
@@ -120,11 +137,18 @@ class NimbusClient:
             # Python's own sentence, naming the class the caller called.
             raise TypeError(f"NimbusClient.__init__() got an unexpected keyword argument "
                             f"{name!r}")
-        self.options = ClientOptions(host=host, port=port, **settings)
+        seeds = [(host, port)] if hosts is None else parse_seeds(hosts, port)
+        if len(seeds) > 1 and settings.get("unix_socket") is not None:
+            raise ValueError("unix_socket and several hosts exclude each other: a Unix "
+                             "socket reaches the one daemon on this machine.")
+        self.options = ClientOptions(host=seeds[0][0], port=seeds[0][1], **settings)
         self._transport = FramedTransport(self.options)
+        self._router: SeedRouter | None = None if len(seeds) == 1 else \
+            seed_router(seeds, self.options, nimbus_idl().Nimbus, self._encode_bare)
         self._closed = False
         self._seqid = 0
-        self._lock = threading.Lock()
+        # Reentrant: an operation on the leader (on_leader) holds it across its calls.
+        self._lock = threading.RLock()
 
     # The options that were attributes of the client, still readable as such. With
     # unix_socket, host is its path and port errors.UNIX_PORT.
@@ -140,6 +164,13 @@ class NimbusClient:
                                   "Memory a reply may decode to, per byte of its frame.")
 
     @property
+    def seeds(self) -> list[str]:
+        """The nimbus seeds, ``host:port`` each (one: this client's address)."""
+        if self._router is None:
+            return [self.address]
+        return [seed_text(a) for a in self._router.seeds]
+
+    @property
     def tls(self) -> ClientTls | None:
         """The TLS context and the files it came from; None for plaintext."""
         return self.options.tls
@@ -153,6 +184,8 @@ class NimbusClient:
     def connected(self) -> bool:
         """Whether a connection is open now (it may since have been closed by the
         server; the next call finds out and reconnects)."""
+        if self._router is not None:
+            return self._router.connected
         return self._transport.connected
 
     # ----------------------------------------------------------------- lifecycle
@@ -171,13 +204,18 @@ class NimbusClient:
         """
         with self._lock:
             self._check_open()
-            self._transport.ensure_connected()
+            if self._router is not None:
+                self._router.connect()
+            else:
+                self._transport.ensure_connected()
 
     def close(self) -> None:
         """Close the connection. The client cannot be used afterwards."""
         with self._lock:
             self._closed = True
             self._transport.discard()
+            if self._router is not None:
+                self._router.discard()
 
     def __enter__(self) -> "NimbusClient":
         self.connect()
@@ -189,7 +227,8 @@ class NimbusClient:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "connected" if self.connected else "idle"
         tls = " tls" if self.tls is not None else ""
-        return f"<NimbusClient {self.address}{tls} {state}>"
+        where = self.address if self._router is None else ",".join(self.seeds)
+        return f"<NimbusClient {where}{tls} {state}>"
 
     # ----------------------------------------------------------------- calls
 
@@ -208,6 +247,8 @@ class NimbusClient:
                 retried once on a new connection first).
             ServerError: the server answered with a TApplicationException.
             BadReply: the answer is not a reply to this call.
+            NoNimbusAnswered (a NimbusUnavailable), NoLeader, LeaderChanged: with
+                several seeds, see :mod:`.leader`.
             AttributeError, TypeError: no such method, or arguments that do not fit.
             NimbusClientError: the client is closed.
         """
@@ -215,13 +256,9 @@ class NimbusClient:
         args_struct = bind_args(service, method, args, kwargs)
         with self._lock:
             self._check_open()
-            self._seqid = self._seqid % _MAX_SEQID + 1
-            seqid = self._seqid
-            payload = encode_call(method, seqid, args_struct)
-            if len(payload) > self.max_frame_size:
-                raise FrameRefused(self.host, self.port, method, len(payload),
-                                   self.max_frame_size, "client")
-            frame = binary.frame_header(len(payload)) + payload
+            seqid, frame = self._encode(method, args_struct)
+            if self._router is not None:
+                return self._router.call(method, seqid, frame)
             retried = False
             while True:
                 self._transport.ensure_connected()
@@ -236,6 +273,41 @@ class NimbusClient:
                     retried = True
                     log.info("nimbus_call_retried", nimbus=self.address, method=method,
                              reason=lost.reason)
+
+    def _encode(self, method: str, args_struct: Any) -> tuple[int, bytes]:
+        """The call's seqid and frame (the caller holds the lock)."""
+        self._seqid = self._seqid % _MAX_SEQID + 1
+        payload = encode_call(method, self._seqid, args_struct)
+        if len(payload) > self.max_frame_size:
+            raise FrameRefused(self.host, self.port, method, len(payload),
+                               self.max_frame_size, "client")
+        return self._seqid, binary.frame_header(len(payload)) + payload
+
+    def _encode_bare(self, method: str) -> tuple[int, bytes]:
+        return self._encode(method, bind_args(nimbus_idl().Nimbus, method, (), {}))
+
+    def on_leader(self, run: Callable[..., T], *args: Any, what: str = "the operation",
+                  restart: bool = True, **kwargs: Any) -> T:
+        """``run(*args, **kwargs)``, an operation of several calls on this client, with
+        every call sent to one leader, and run again on the next one if that leader
+        changes (see :mod:`.leader`). With one host, simply ``run(...)``. Other
+        threads' calls wait for it to end.
+
+        Args:
+            what: names the operation in errors.
+            restart: False when ``run`` cannot run twice once it is under way (it
+                reads a stream): then a leader change after its first call is an error.
+
+        Raises:
+            NoLeader, LeaderChanged (see :mod:`.leader`), and what ``run`` raises.
+        """
+        if self._router is None:
+            return run(*args, **kwargs)
+        router = self._router
+        with self._lock:
+            self._check_open()
+            return router.on_leader(lambda: run(*args, **kwargs), what=what,
+                                    restart=restart)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -260,7 +332,8 @@ class NimbusClient:
             ValueError: chunk_size is not a positive integer.
             and what :meth:`call` raises.
         """
-        return files.upload_file(self, path, chunk_size, progress)
+        return self.on_leader(files.upload_file, self, path, chunk_size, progress,
+                              what="the upload")
 
     def download_file(self, file: str, dest_path: str | os.PathLike[str],
                       max_bytes: int = DEFAULT_MAX_DOWNLOAD_BYTES) -> int:
@@ -322,10 +395,17 @@ class NimbusClient:
                 see :meth:`wait_for_topology` (the topology stays submitted).
             and what :meth:`call` raises.
         """
-        return submit_topology(self, topology, name, conf, class_name=class_name,
-                               inactive=inactive, wait=wait, timeout=timeout,
-                               poll_interval=poll_interval, progress=progress,
-                               on_status=on_status)
+        # submit.submit_topology's steps, with the upload and submit on one leader.
+        with tempfile.TemporaryDirectory(prefix="nimbus-submit-") as tmp:
+            prepared = prepare(topology, Path(tmp) / "code.zip", name=name, conf=conf,
+                               class_name=class_name)
+            topology_id = self.on_leader(submit_prepared, self, prepared,
+                                         inactive=inactive, progress=progress,
+                                         what="the submit")
+        if wait:
+            self.wait_for_topology(topology_id, inactive=inactive, timeout=timeout,
+                                   poll_interval=poll_interval, on_status=on_status)
+        return topology_id
 
     def wait_for_topology(self, topology_id: str, *, inactive: bool = False,
                           timeout: float = DEFAULT_WAIT_TIMEOUT,

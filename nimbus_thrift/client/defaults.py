@@ -31,6 +31,18 @@ DEFAULT_BACKOFF_INITIAL = 0.1
 DEFAULT_BACKOFF_FACTOR = 2.0
 DEFAULT_BACKOFF_MAX = 2.0
 
+#: Seconds a state change sent to several nimbus seeds waits for a leader to be
+#: elected (HA mode: every seed answers that none is) before NoLeader. Issue 28's goal
+#: is a new leader within 10 s of the old one's death; twice that leaves room for a
+#: ZooKeeper session timeout set longer than the goal's.
+DEFAULT_LEADER_WAIT = 20.0
+#: The pauses between asking the seeds for the leader again while none is elected:
+#: 0.1 s, doubling, at most 1 s, so a leader elected in under a second is found
+#: within ~0.1-0.2 s of it, and a 10 s election costs about ten rounds of getLeader.
+LEADER_BACKOFF_INITIAL = 0.1
+LEADER_BACKOFF_FACTOR = 2.0
+LEADER_BACKOFF_MAX = 1.0
+
 
 #: Bytes per uploadChunk: what Storm's StormSubmitter sends.
 DEFAULT_CHUNK_SIZE = 307_200
@@ -61,4 +73,17 @@ READ_ONLY_METHODS = frozenset({
     "getTopologyPageInfo", "getComponentPageInfo", "getSupervisorPageInfo", "getLogConfig",
     "getTopologyHistory", "getOwnerResourceSummaries", "getComponentPendingProfileActions",
     "getBlobMeta", "getBlobReplication", "isRemoteBlobExists",
+})
+
+#: The state changes: in HA mode only the leader carries them out (a follower refuses
+#: them, idl.NOT_LEADER_MESSAGE), so a client of several seeds sends them to the
+#: leader from the start. A call left out of this set goes to any nimbus and, if it is
+#: refused for not being the leader, is sent to the leader all the same.
+STATE_CHANGE_METHODS = frozenset({
+    "submitTopology", "submitTopologyWithOpts", "killTopology", "killTopologyWithOpts",
+    "activate", "deactivate", "rebalance", "beginFileUpload", "uploadChunk",
+    "finishFileUpload", "setLogConfig", "debug", "setWorkerProfiler",
+    "uploadNewCredentials", "beginCreateBlob", "beginUpdateBlob", "uploadBlobChunk",
+    "finishBlobUpload", "cancelBlobUpload", "setBlobMeta", "deleteBlob",
+    "updateBlobReplication", "createStateInZookeeper",
 })

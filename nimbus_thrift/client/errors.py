@@ -172,3 +172,60 @@ class BadReply(NimbusClientError):
         self.reason = reason
         super().__init__(f"bad reply to {method} from {format_address(host, port)}: "
                          f"{reason}", host, port)
+
+
+def _tried(reasons: dict[str, str]) -> str:
+    return "; ".join(f"{address}: {reason}" for address, reason in reasons.items())
+
+
+class NoNimbusAnswered(NimbusUnavailable):
+    """A client of several nimbus seeds could connect to none of them (nothing was
+    sent). ``reasons`` maps each address tried (``host:port``) to why it failed;
+    ``host`` and ``port`` are the first seed's."""
+
+    def __init__(self, host: str, port: int, reasons: dict[str, str], rounds: int,
+                 elapsed: float) -> None:
+        self.reason = _tried(reasons)
+        self.reasons = dict(reasons)
+        self.attempts = rounds
+        self.elapsed = elapsed
+        plural = "round" if rounds == 1 else "rounds"
+        NimbusClientError.__init__(
+            self, f"no nimbus answered among the seeds {', '.join(reasons)} (after "
+                  f"{rounds} {plural} over {elapsed:.1f} s): {self.reason}", host, port)
+
+
+class NoLeader(NimbusClientError):
+    """A state change found no leader to send it to within the client's
+    ``leader_wait``: every seed that answered said none is elected, or named one that
+    could not be reached. Nothing was carried out. ``reasons`` maps each address asked
+    to its last answer."""
+
+    def __init__(self, host: str, port: int, method: str, reasons: dict[str, str],
+                 tries: int, waited: float) -> None:
+        self.method = method
+        self.reasons = dict(reasons)
+        self.tries = tries
+        self.waited = waited
+        plural = "time" if tries == 1 else "times"
+        super().__init__(f"no nimbus leader to send {method} to: asked the seeds "
+                         f"{tries} {plural} over {waited:.1f} s (leader_wait); "
+                         f"{_tried(reasons)}", host, port)
+
+
+class LeaderChanged(NimbusClientError):
+    """A state change (or an operation of several calls, such as an upload and its
+    submit) was refused for not being sent to the leader once more after the client
+    had already followed the leader once. Nothing of the refused call was carried
+    out; ``host``/``port`` are the nimbus that refused it, ``leader`` the
+    ``host:port`` it named (None: no leader is elected)."""
+
+    def __init__(self, host: str, port: int, what: str, leader: str | None,
+                 followed: str) -> None:
+        self.what = what
+        self.leader = leader
+        named = f"names {leader} as the leader" if leader else "says no leader is elected"
+        super().__init__(f"{what} was refused twice for not reaching the leader: after "
+                         f"following the leader to {followed}, nimbus at "
+                         f"{format_address(host, port)} {named}; not retried again",
+                         host, port)

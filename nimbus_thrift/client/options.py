@@ -26,7 +26,8 @@ from ..rpc.backoff import backoff_delays
 # largest reply frame read. Replies decode within the server's own default budget.
 from ..rpc.options import DEFAULT_DECODED_SIZE_FACTOR, DEFAULT_MAX_FRAME_SIZE
 from .defaults import (DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX,
-                       DEFAULT_CONNECT_ATTEMPTS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT)
+                       DEFAULT_CONNECT_ATTEMPTS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEADER_WAIT,
+                       DEFAULT_TIMEOUT)
 from .errors import UNIX_PORT, format_address
 from .tls import ClientTls, client_context
 
@@ -141,6 +142,8 @@ class ClientOptions:
             system's CAs without it) and must name ``host``; ``cert_file`` and
             ``key_file`` are the client's certificate, presented to a server that
             asks (mutual TLS). TLS 1.2 at least.
+        leader_wait: with several nimbus seeds, seconds a state change waits for a
+            leader to be elected before NoLeader.
 
     Made from them: ``tls`` (the context, or None for plaintext) and
     ``backoff_delays`` (the seconds before attempts 2, 3, ...).
@@ -168,6 +171,7 @@ class ClientOptions:
     cert_file: str | os.PathLike[str] | None = _setting(None)
     key_file: str | os.PathLike[str] | None = _setting(None)
     ca_file: str | os.PathLike[str] | None = _setting(None)
+    leader_wait: float = _setting(DEFAULT_LEADER_WAIT, positive_seconds)
 
     tls: ClientTls | None = field(init=False, default=None, repr=False, compare=False)
     backoff_delays: tuple[float, ...] = field(init=False, default=(), repr=False,

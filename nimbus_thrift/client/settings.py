@@ -10,15 +10,24 @@ The file is ``$XDG_CONFIG_HOME/nimbus-thrift/client.yaml`` (``~/.config/...``)::
     tls_key: alice.key
     tls_ca: ca.pem
 
+or, for an HA cluster, instead of ``host`` its nimbus seeds (Storm's ``nimbus.seeds``;
+those without a port take ``port``)::
+
+    nimbus_seeds: [nimbus1.example.org, nimbus2.example.org:6628, "[2001:db8::3]"]
+
 Environment: ``NIMBUS_THRIFT_HOST``, ``NIMBUS_THRIFT_PORT``, ``NIMBUS_THRIFT_TLS_CERT``,
-``NIMBUS_THRIFT_TLS_KEY``, ``NIMBUS_THRIFT_TLS_CA``, ``NIMBUS_THRIFT_UNIX_SOCKET`` (an
-empty one counts as not set).
+``NIMBUS_THRIFT_TLS_KEY``, ``NIMBUS_THRIFT_TLS_CA``, ``NIMBUS_THRIFT_UNIX_SOCKET``,
+``NIMBUS_THRIFT_NIMBUS_SEEDS`` (comma-separated; an empty variable counts as not set).
+A ``host`` holding commas (``--host a,b:6628,c``) is a list of seeds. ``host`` and
+``nimbus_seeds`` say the same thing: the one from the later source (flags over the
+environment over the file) is used.
 
 Which transport (:meth:`ClientSettings.client_args`)::
 
     unix_socket given                       -> that socket
     neither host nor port given anywhere,   -> the local daemon's socket
       and default_unix_socket() is a socket     (idl.default_unix_socket())
+    nimbus_seeds given                      -> TCP to those seeds (NimbusClient's hosts)
     otherwise                               -> TCP to host (127.0.0.1) and port (6627),
                                                TLS when any tls_* setting is given
 
@@ -36,6 +45,7 @@ from typing import Any, Mapping
 
 from ..idl import ENV_PREFIX, NIMBUS_PORT, default_unix_socket
 from .defaults import DEFAULT_HOST
+from .seeds import parse_seed
 
 CONFIG_NAME = "client.yaml"
 
@@ -55,6 +65,7 @@ class ClientSettings:
     tls_key: Path | None = None
     tls_ca: Path | None = None
     unix_socket: Path | None = None
+    nimbus_seeds: tuple[str, ...] | None = None
 
     @property
     def uses_tls(self) -> bool:
@@ -69,12 +80,15 @@ class ClientSettings:
         """
         if self.unix_socket is not None:
             return {"unix_socket": str(self.unix_socket)}
-        if self.host is None and self.port is None:
+        if self.host is None and self.port is None and self.nimbus_seeds is None:
             local = default_unix_socket() if local_socket is None else local_socket
             if _is_socket(local):
                 return {"unix_socket": str(local)}
         args: dict[str, Any] = {"host": self.host or DEFAULT_HOST,
                                 "port": self.port or NIMBUS_PORT}
+        if self.nimbus_seeds is not None:
+            del args["host"]
+            args["hosts"] = list(self.nimbus_seeds)
         for name, value in (("cert_file", self.tls_cert), ("key_file", self.tls_key),
                             ("ca_file", self.tls_ca)):
             if value is not None:
@@ -83,6 +97,8 @@ class ClientSettings:
 
 
 _FIELDS = {f.name for f in fields(ClientSettings)}
+#: Two names of where the nimbus is: a source's one replaces an earlier source's other.
+_WHERE = ("host", "nimbus_seeds")
 _PATHS = {"tls_cert", "tls_key", "tls_ca", "unix_socket"}
 #: What each certificate file setting is, for the messages.
 _FILES = {"tls_cert": "this client's certificate", "tls_key": "this client's key",
@@ -112,20 +128,36 @@ def load_client_settings(flags: Mapping[str, Any] | None = None,
     values: dict[str, Any] = {}
     origin: dict[str, str] = {}
     path = config_path(env) if file is None else file
+
+    def given(source: dict[str, tuple[Any, str]]) -> None:
+        where = [name for name in _WHERE if name in source]
+        if len(where) > 1:
+            raise ClientSettingsError(f"{source['host'][1]} and {source['nimbus_seeds'][1]} "
+                                      f"both say where the nimbus is: give one.")
+        if where:
+            for name in _WHERE:
+                values.pop(name, None)
+        for name, (value, source_name) in source.items():
+            values[name], origin[name] = value, source_name
+
     if path.exists():
-        for name, value in _from_file(path).items():
-            values[name], origin[name] = value, f"{name} in {path}"
+        given({name: (value, f"{name} in {path}")
+               for name, value in _from_file(path).items()})
+    from_env: dict[str, tuple[Any, str]] = {}
     for name in sorted(_FIELDS):
         key = ENV_PREFIX + name.upper()
         if env.get(key):
             source = f"environment variable {key}"
-            values[name], origin[name] = _coerce(name, env[key], source, None), source
+            from_env[_where(name, env[key])] = (_coerce(name, env[key], source, None), source)
+    given(from_env)
+    from_flags: dict[str, tuple[Any, str]] = {}
     for name, value in (flags or {}).items():
         if name not in _FIELDS:
             raise ClientSettingsError(f"unknown client setting {name!r}.")
         if value is not None:
             source = f"--{name.replace('_', '-')}"
-            values[name], origin[name] = _coerce(name, value, source, None), source
+            from_flags[_where(name, value)] = (_coerce(name, value, source, None), source)
+    given(from_flags)
     for name in ("tls_cert", "tls_key", "tls_ca"):
         if name in values and not values[name].is_file():
             raise ClientSettingsError(f"{origin[name]}: {_FILES[name]}, {values[name]}, "
@@ -164,10 +196,20 @@ def _from_file(path: Path) -> dict[str, Any]:
     for key, value in data.items():
         name = str(key).replace("-", "_")
         if name not in _FIELDS:
+            known = ", ".join(sorted(_FIELDS - {"nimbus_seeds"}))
             raise ClientSettingsError(f"the client config file {path} has an unknown "
-                                      f"setting {key!r}; known: {', '.join(sorted(_FIELDS))}.")
-        values[name] = _coerce(name, value, f"{name} in {path}", path.parent)
+                                      f"setting {key!r}; known: {known}. Several nimbus "
+                                      f"daemons: nimbus_seeds (a list of host[:port]) "
+                                      f"instead of host.")
+        values[_where(name, value)] = _coerce(name, value, f"{name} in {path}", path.parent)
     return values
+
+
+def _where(name: str, value: Any) -> str:
+    """The setting ``value`` is for: a ``host`` with commas is a list of seeds."""
+    if name == "host" and isinstance(value, str) and "," in value:
+        return "nimbus_seeds"
+    return name
 
 
 def _coerce(name: str, value: Any, source: str, base: Path | None) -> Any:
@@ -180,6 +222,8 @@ def _coerce(name: str, value: Any, source: str, base: Path | None) -> Any:
             raise ClientSettingsError(f"{source}: port must be an integer from 1 to 65535, "
                                       f"not {value!r}.")
         return value
+    if name == "nimbus_seeds" or _where(name, value) == "nimbus_seeds":
+        return _seeds(value, source)
     if name == "host":
         if not isinstance(value, str) or not value.strip():
             raise ClientSettingsError(f"{source}: host must be a host name or address, "
@@ -193,6 +237,24 @@ def _coerce(name: str, value: Any, source: str, base: Path | None) -> Any:
         path = base / path
     # Lexically, so that the messages show the path as written, without "..".
     return Path(os.path.normpath(path.absolute()))
+
+
+def _seeds(value: Any, source: str) -> tuple[str, ...]:
+    """A list of seeds (a YAML list, or a string separated by commas), each checked
+    and kept as written (the port each lacks is only known once ``port`` is)."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list) or not items \
+            or not all(isinstance(item, str) for item in items):
+        raise ClientSettingsError(f"{source}: nimbus seeds must be a list of host or "
+                                  f"host:port, not {value!r}.")
+    seeds = []
+    for item in items:
+        try:
+            parse_seed(item, NIMBUS_PORT)
+        except ValueError as exc:
+            raise ClientSettingsError(f"{source}: {exc}") from None
+        seeds.append(item.strip())
+    return tuple(seeds)
 
 
 def _is_socket(path: Path) -> bool:
