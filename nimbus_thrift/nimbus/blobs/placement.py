@@ -27,41 +27,36 @@ topology planted there (a ``blobs`` that is a link to ``/etc``) is followed, if 
 with its own rights. The blob's own file is opened first, as the daemon.
 
 An archive is unpacked only as regular files and directories, with no member outside
-its directory, and bounded in entries and bytes before anything is written
-(:data:`MAX_ARCHIVE_ENTRIES`, :data:`MAX_EXPANSION`).
+its directory, bounded in entries, decompressed bytes and path length as it is read
+(:mod:`.archives`), in a child process with memory and time limits (:mod:`.unpacker`);
+one that passes a limit is removed and is a problem naming the blob and the limit.
+
+Each work directory has its own lock: a placement in one never waits for another's (a
+bomb refused in one topology once held every topology's placements for 53 s).
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import shutil
-import tarfile
-import threading
 import uuid
-import zipfile
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import IO, Any, BinaryIO, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Iterable, Mapping
 
 import structlog
 
 from ...topology.blobs import BLOBS_DIR, BLOBSTORE_MAP
 from .acl import BlobError, check_key
 from ..security.runas import as_owner_of
+from ..state.locks import KeyedLocks
 from ..state.store import Blob
+from .archives import ArchiveLimits, ArchiveRefused
+from .unpacker import unpack_in_child
 
 log = structlog.get_logger(__name__)
-
-#: Entries an archive may hold to be uncompressed into a topology's work directory.
-MAX_ARCHIVE_ENTRIES = 100_000
-#: Uncompressed bytes an archive may expand to, per byte of the blob: zip bombs reach
-#: ratios of 1000 and more; real data sets rarely pass 10.
-MAX_EXPANSION = 20
-#: ... and at least this many, whatever the blob's size (a small archive of text).
-MIN_EXPANDED_BYTES = 1 << 20
 
 # The conf key and the directory are the DSL's (what user code reads): one home.
 WORK_DIR_BLOBS = BLOBS_DIR
@@ -146,13 +141,14 @@ def topologies_using(key: str, confs: Iterable[tuple[str, Mapping[str, Any]]]) -
 class WorkDirBlobs:
     """Copies blobs into the work directories under ``topologies_dir``, reading each
     version through ``open_version`` (the blob store's). Thread-safe: one placement at
-    a time, so a check of READ and the copy it allows are never split by another
-    placement (an ACL change places again after it commits, and so comes after)."""
+    a time per work directory, so a check of READ and the copy it allows are never
+    split by another placement there (an ACL change places again after it commits,
+    and so comes after); placements in different work directories run side by side."""
 
     def __init__(self, topologies_dir: Path, open_version: OpenVersion):
         self.topologies_dir = topologies_dir
         self._open_version = open_version
-        self._lock = threading.Lock()       # writes into work directories
+        self._locks = KeyedLocks()          # writes into one work directory
 
     def place(self, work_dir: Path, mappings: Iterable[BlobMapping], owner: str,
               may_read: MayRead) -> list[str]:
@@ -170,7 +166,7 @@ class WorkDirBlobs:
         if not mappings:
             return []
         problems = []
-        with self._lock:
+        with self._locks.hold(str(work_dir)):
             for mapping in mappings:
                 problem = self._place(work_dir, mapping, owner, may_read)
                 if problem:
@@ -200,11 +196,15 @@ class WorkDirBlobs:
                     target.mkdir(mode=0o700, exist_ok=True)
                     (target / OLD_MAP_FILE).unlink(missing_ok=True)
                     if mapping.uncompress:
-                        _place_unpacked(source, target, name, blob,
-                                        max(blob.bytes * MAX_EXPANSION, MIN_EXPANDED_BYTES))
+                        _place_unpacked(source, target, name, blob, work_dir)
                     else:
                         _place_file(source, target, name)
                 return ""
+        except ArchiveRefused as exc:
+            log.warning("blob_archive_refused", key=key, localname=name,
+                        work_dir=str(work_dir), owner=owner, reason=str(exc))
+            return f"blob {key!r} cannot be uncompressed as {name!r}: {exc}; nothing of " \
+                   "it was placed"
         except (OSError, BlobError) as exc:
             return f"blob {key!r} cannot be placed as {name!r}: " \
                    f"{getattr(exc, 'strerror', None) or exc}"
@@ -272,14 +272,21 @@ def _place_file(source: BinaryIO, target: Path, localname: str) -> None:
 
 
 def _place_unpacked(source: BinaryIO, target: Path, localname: str, blob: Blob,
-                    max_bytes: int) -> None:
+                    work_dir: Path) -> None:
     """Unpack the archive ``source`` (zip, jar, tar, tar.gz..., open) into a new hidden
-    directory, then point the symlink ``target/localname`` at it (a rename: atomic);
-    older unpacked versions are removed."""
+    directory, in a child process as the work directory's owner (:mod:`.unpacker`),
+    then point the symlink ``target/localname`` at it (a rename: atomic); older
+    unpacked versions are removed.
+
+    Raises:
+        ArchiveRefused: the archive passed a limit (nothing of it stays).
+    """
+    owner = os.lstat(work_dir)
     unpacked = target / _unpacked_name(localname, blob.version)
     try:
         unpacked.mkdir(mode=0o700)
-        _unpack(source, unpacked, max_bytes, blob.key)
+        done = unpack_in_child(source, unpacked, ArchiveLimits.for_blob(blob.bytes),
+                               uid=owner.st_uid, gid=owner.st_gid)
         link = _tmp_name(target, localname)
         os.symlink(unpacked.name, link)
         final = target / localname
@@ -292,71 +299,8 @@ def _place_unpacked(source: BinaryIO, target: Path, localname: str, blob: Blob,
     except BaseException:
         shutil.rmtree(unpacked, ignore_errors=True)
         raise
+    log.info("blob_unpacked", key=blob.key, version=blob.version, entries=done.entries,
+             bytes=done.bytes, directory=str(unpacked))
     for entry in target.iterdir():
         if entry.name != unpacked.name and _hidden_of(entry.name, localname, tmp=False):
             shutil.rmtree(entry, ignore_errors=True)
-
-
-def _safe_member(name: str, key: str) -> PurePosixPath | None:
-    """The relative path an archive member may be written to; None for the archive's
-    own directory entries; BlobError for one that would escape."""
-    path = PurePosixPath(name)
-    if path.is_absolute() or ".." in path.parts:
-        raise BlobError(f"blob {key!r}: archive member {name!r} points outside its "
-                        "directory")
-    parts = [p for p in path.parts if p not in ("", ".")]
-    return PurePosixPath(*parts) if parts else None
-
-
-#: An archive member as :func:`_unpack` sees it: its name, whether it is a directory,
-#: and how to open its bytes (None: not a regular file, skipped).
-_Member = tuple[str, bool, "Callable[[], IO[bytes] | None] | None"]
-
-
-def _unpack(source: BinaryIO, dest: Path, max_bytes: int, key: str) -> None:
-    """Extract regular files and directories only (no links, devices), bounded in
-    entries and bytes before anything is written."""
-    def extract(members: list[_Member], total: int) -> None:
-        if len(members) > MAX_ARCHIVE_ENTRIES:
-            raise BlobError(f"blob {key!r} holds {len(members)} archive entries, over "
-                            f"the limit of {MAX_ARCHIVE_ENTRIES}")
-        if total > max_bytes:
-            raise BlobError(f"blob {key!r} would unpack to {total} bytes, over the limit "
-                            f"of {max_bytes} ({MAX_EXPANSION} times its size, at least "
-                            f"{MIN_EXPANDED_BYTES})")
-        for name, is_dir, opener in members:
-            rel = _safe_member(name, key)       # every member, even one skipped
-            if rel is None:
-                continue
-            if is_dir:
-                dest.joinpath(*rel.parts).mkdir(parents=True, exist_ok=True)
-                continue
-            stream = opener() if opener is not None else None
-            if stream is None:
-                continue        # links, devices and fifos: they could point outside
-            with stream:
-                out = dest.joinpath(*rel.parts)
-                out.parent.mkdir(parents=True, exist_ok=True)
-                with open(out, "wb") as f:     # a tar may hold a name twice
-                    shutil.copyfileobj(stream, f, 1 << 20)
-
-    source.seek(0)
-    if zipfile.is_zipfile(source):
-        source.seek(0)
-        with zipfile.ZipFile(source) as zf:
-            infos = zf.infolist()
-            extract([(i.filename, i.is_dir(), functools.partial(zf.open, i))
-                     for i in infos], sum(i.file_size for i in infos))
-        return
-    source.seek(0)
-    try:
-        tf = tarfile.open(fileobj=source, mode="r:*")
-    except tarfile.TarError:
-        raise BlobError(f"blob {key!r} is neither a zip nor a tar archive, so it cannot "
-                        "be uncompressed") from None
-    with tf:
-        members = tf.getmembers()
-        # extractfile follows links: only a regular file is opened.
-        extract([(m.name, m.isdir(),
-                  functools.partial(tf.extractfile, m) if m.isfile() else None)
-                 for m in members], sum(m.size for m in members if m.isfile()))
