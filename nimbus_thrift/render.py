@@ -4,7 +4,6 @@ JSON values for scripts. No I/O and no click here."""
 from __future__ import annotations
 
 import enum
-import re
 from typing import Any, Iterable, Sequence
 
 
@@ -129,18 +128,16 @@ def component_rows(info: Any) -> list[dict[str, Any]]:
     return [rows[k] for k in sorted(rows)]
 
 
-#: Where the spark launcher puts a topology's Spark UI in its ``sched_status``: in the
-#: launcher's own words, before the first ``;`` (what follows it may quote the
-#: topology's errors, which could name any address).
-_SPARK_UI = re.compile(r"^\w+: [^;]*?, Spark UI (https?://[^\s,;]+)(?=;|$)")
-
-
-def spark_ui(sched_status: str | None) -> str:
-    """The Spark UI address the spark launcher puts in a ``sched_status``
-    (``running: batch 12, 3.4k tuples/s, Spark UI http://127.0.0.1:4051``) when the
-    topology turned its UI on, or ``""`` (the UI is off by default)."""
-    match = _SPARK_UI.match(sched_status or "")
-    return match.group(1) if match else ""
+def spark_ui(info: Any) -> str:
+    """The Spark UI address of a topology's TopologyInfo: its executors' host and port
+    (one application: the Spark launcher reports its UI's port there, docs/nimbus-api.md,
+    and 0 while the UI is off, the default), or ``""``. Never read from
+    ``sched_status``, which is a word or two."""
+    places = {(e.host, e.port) for e in info.executors or [] if e.host and e.port}
+    if len(places) != 1:
+        return ""
+    ((host, port),) = places
+    return f"http://{host}:{port}"
 
 
 def info_text(info: Any) -> str:
@@ -151,7 +148,7 @@ def info_text(info: Any) -> str:
         f"uptime:     {duration(info.uptime_secs)}",
         f"scheduled:  {info.sched_status or '-'}",
     ]
-    ui = spark_ui(info.sched_status)
+    ui = spark_ui(info)
     if ui:
         lines.append(f"spark ui:   {ui}")
     if info.owner:

@@ -13,12 +13,13 @@ following it until it runs.
     wait_for_topology               getTopologyInfo every poll_interval until the
                                     sched_status's state word says how it went
 
-The state word is what the daemon's launcher puts before the first colon of
-``sched_status`` (``running: batch 12, ...``)::
+The state word is ``sched_status`` up to a colon, if any (``running``; daemons before
+issue 32 said ``running: batch 12, ...``)::
 
     running, finished                    done (paused, too, for an inactive submit)
     starting, paused, stopping (a        keep polling until the timeout
-      rebalance restarts it), unknown
+      rebalance restarts it), unknown,
+      relaunching (after a failure)
     failed, stopped                      TopologyFailed (also when it was killed)
     unscheduled                          TopologyNotScheduled, at once: nothing will
                                          ever run it (a daemon with launcher "none")
@@ -143,6 +144,17 @@ def state_of(sched_status: str | None) -> str:
     return head if head.isidentifier() else ""
 
 
+def failure_of(info: Any, status: str) -> str:
+    """Why a topology whose ``sched_status`` is ``status`` failed: that status (a
+    word, as Storm's) with the first line of the topology's latest error, where the
+    launcher and the application put the reason."""
+    errors = [e for found in (info.errors or {}).values() for e in found or ()]
+    if not errors:
+        return status
+    latest = max(errors, key=lambda e: e.error_time_secs or 0)
+    return f"{status}: {(latest.error or '').partition(chr(10))[0]}"
+
+
 def submit_prepared(client: SubmitClient, prepared: PreparedTopology, *,
                     inactive: bool = False,
                     progress: Callable[[int, int], None] | None = None) -> str:
@@ -235,7 +247,8 @@ def wait_for_topology(client: SubmitClient, topology_id: str, *, inactive: bool 
         if state in done:
             return info
         if state in FAILED_STATES:
-            raise TopologyFailed(client.host, client.port, topology_id, status, status)
+            raise TopologyFailed(client.host, client.port, topology_id, status,
+                                 failure_of(info, status))
         if state == UNSCHEDULED:
             raise TopologyNotScheduled(client.host, client.port, topology_id, status)
         remaining = deadline - time.monotonic()

@@ -84,9 +84,10 @@ class RunStatus:
 
     ``state``: one of ``unscheduled``, ``starting``, ``running``, ``paused``,
     ``stopping``, ``stopped``, ``finished``, ``failed``. ``detail`` is a sentence for
-    humans (the TopologyInfo ``sched_status``) that starts with the state word and a
-    colon (``running: batch 12, ...``), so tools can read the state from it; ``errors``
-    are ``(component, message, epoch secs)``.
+    humans that starts with the state word and a colon (``running: batch 12, ...``):
+    the web page and the daemon's log show it. The IDL's ``sched_status`` is
+    :attr:`sched_status`, a word or two as Storm's is (tools list it in a table
+    column). ``errors`` are ``(component, message, epoch secs)``.
     """
 
     state: str
@@ -103,6 +104,18 @@ class RunStatus:
     #: launcher does not run batches, or none has completed).
     batches: int | None = None
     last_batch_secs: float | None = None
+    #: Why a gone application is being launched again, when it is (``"after a
+    #: failure"``, ``"with the new parallelism"``); "" when it is not.
+    relaunching: str = ""
+
+    @property
+    def sched_status(self) -> str:
+        """Storm's ``sched_status``: short, in Storm's spirit (its own is empty or a
+        few words): the state word, or ``relaunching <why>`` between a gone
+        application and its relaunch. It starts with the state word (or
+        ``relaunching``) so ``submit --wait`` reads it; the rest of the story is in
+        :attr:`detail`, the errors and the figures."""
+        return f"relaunching {self.relaunching}" if self.relaunching else self.state
 
     @property
     def assigned(self) -> bool:

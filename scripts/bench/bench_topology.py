@@ -218,7 +218,7 @@ def _first_output_once(args: argparse.Namespace, tmp: Path, mode: str) -> float:
             while "counts" not in seen or "running" not in seen:
                 now = time.monotonic() - t0
                 if "running" not in seen and client.getTopologyInfo(topology_id) \
-                        .sched_status.startswith("running:"):
+                        .sched_status == "running":
                     seen["running"] = now
                 status = rd.read_status()
                 if status is not None:

@@ -236,7 +236,7 @@ def test_upload_submit_and_query(connect, gen, daemon, launcher, protocol):
     assert topology_id.startswith(f"{name}-")
     assert (listed.status, listed.num_tasks, listed.num_executors, listed.num_workers,
             listed.owner, listed.sched_status) == (
-        "ACTIVE", 1 + 2 + 6, 1 + 2 + 3, 2, ME, "fake: running")
+        "ACTIVE", 1 + 2 + 6, 1 + 2 + 3, 2, ME, "running")
     assert listed.uptime_secs >= 0
 
     got_leader = client.getLeader()
@@ -248,7 +248,7 @@ def test_upload_submit_and_query(connect, gen, daemon, launcher, protocol):
         "count": ComponentStats(emitted=30, processed=31, rate=6.0, latency_ms=0.5)}
     info = client.getTopologyInfo(topology_id)
     assert (info.id, info.name, info.status, info.owner, info.sched_status) == (
-        topology_id, name, "ACTIVE", ME, "fake: running")
+        topology_id, name, "ACTIVE", ME, "running")
     assert info.errors == {}
     by_component: dict[str, list[Any]] = {}
     for e in info.executors:

@@ -142,7 +142,7 @@ def test_api_wait_with_launcher_none_says_it_will_not_run(none_daemon: NimbusDae
             client.submit_topology(wordcount(tmp_path), wait=True, timeout=60,
                                    on_status=seen.append)
         # Raised at the first poll, not after the timeout; the topology stays.
-        assert seen == ["unscheduled: this nimbus has no execution backend (launcher 'none')"]
+        assert seen == ["unscheduled"]
         [summary] = client.getClusterInfo().topologies
     assert info.value.topology_id == summary.id
     assert str(info.value) == (f"topology {summary.id} was submitted but will not run: "
@@ -212,8 +212,9 @@ def test_wait_follows_starting_to_running(scripted_daemon: NimbusDaemon,
             wordcount(tmp_path), wait=True, poll_interval=FAST, on_status=seen.append,
             conf=script("starting: spark-submit", "starting: spark-submit",
                         "starting: first batch", "running: batch 0"))
-        assert client.getTopologyInfo(tid).sched_status == "running: batch 0"
-    assert seen == ["starting: spark-submit", "starting: first batch", "running: batch 0"]
+        assert client.getTopologyInfo(tid).sched_status == "running"
+    # sched_status is Storm's word or two: a new one per state, not per sentence.
+    assert seen == ["starting", "running"]
 
 
 def test_wait_for_an_inactive_topology_ends_paused(scripted_daemon: NimbusDaemon,
@@ -223,7 +224,7 @@ def test_wait_for_an_inactive_topology_ends_paused(scripted_daemon: NimbusDaemon
         client.submit_topology(wordcount(tmp_path), wait=True, inactive=True,
                                poll_interval=FAST, on_status=seen.append,
                                conf=script("starting: up", "starting: up", "running: b0"))
-    assert seen == ["starting: up", "paused: b0"]
+    assert seen == ["starting", "paused"]
 
 
 def test_wait_reports_a_failure(scripted_daemon: NimbusDaemon, tmp_path: Path) -> None:
@@ -233,7 +234,7 @@ def test_wait_reports_a_failure(scripted_daemon: NimbusDaemon, tmp_path: Path) -
                 wordcount(tmp_path), wait=True, poll_interval=FAST,
                 conf=script("starting: x", "starting: x",
                             "failed: Py4JJavaError: SplitBolt raised ValueError"))
-    assert info.value.status == "failed: Py4JJavaError: SplitBolt raised ValueError"
+    assert info.value.status == "failed"        # the reason is the latest error
     assert str(info.value).endswith("did not start: failed: Py4JJavaError: SplitBolt "
                                     "raised ValueError")
 
@@ -255,9 +256,9 @@ def test_wait_times_out_with_the_last_status(scripted_daemon: NimbusDaemon,
                                    poll_interval=FAST,
                                    conf=script("starting: waiting for executors"))
     assert isinstance(info.value, NimbusTimeout)
-    assert info.value.status == "starting: waiting for executors"
+    assert info.value.status == "starting"
     assert str(info.value) == (f"topology {info.value.topology_id} was not running after "
-                               "0.2 s; last status: starting: waiting for executors")
+                               "0.2 s; last status: starting")
 
 
 def test_wait_reports_a_kill(scripted_daemon: NimbusDaemon, tmp_path: Path) -> None:
@@ -308,9 +309,8 @@ def test_cli_wait_with_launcher_none_exits_1(none_daemon: NimbusDaemon,
     tid = result.stdout.strip()
     assert tid.startswith("wordcount-")
     assert result.stderr.splitlines()[-2:] == [
-        "status: unscheduled: this nimbus has no execution backend (launcher 'none')",
-        f"Error: topology {tid} was submitted but will not run: unscheduled: this nimbus "
-        "has no execution backend (launcher 'none')"]
+        "status: unscheduled",
+        f"Error: topology {tid} was submitted but will not run: unscheduled"]
 
 
 def test_cli_wait_follows_the_status(scripted_daemon: NimbusDaemon, tmp_path: Path) -> None:
@@ -318,9 +318,8 @@ def test_cli_wait_follows_the_status(scripted_daemon: NimbusDaemon, tmp_path: Pa
     result = run_cli(scripted_daemon, str(wordcount(tmp_path)), "--wait",
                      "--conf", f"{SCRIPT_KEY}={states}")
     assert result.exit_code == 0, result.output
-    assert result.stderr.splitlines()[-4:] == [
-        "status: starting: a", "status: starting: b", "status: running: batch 0",
-        "wordcount is running: batch 0"]
+    assert result.stderr.splitlines()[-3:] == [
+        "status: starting", "status: running", "wordcount is running"]
 
 
 def test_cli_wait_failure_exits_1_with_the_reason(scripted_daemon: NimbusDaemon,

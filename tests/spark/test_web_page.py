@@ -107,13 +107,13 @@ def test_the_page_shows_a_running_word_count_and_pauses_and_resumes_it(
         info = client.getTopologyInfo(topology_id)
         assert info.status == "INACTIVE"
         until(browser, "the Spark application paused",
-              lambda d: client.getTopologyInfo(topology_id).sched_status.startswith("paused:"))
+              lambda d: client.getTopologyInfo(topology_id).sched_status == "paused")
 
         confirm(browser, "activate")
         until(browser, "ACTIVE again", lambda d: text_of(d, "#topology-status") == "ACTIVE")
         assert client.getTopologyInfo(topology_id).status == "ACTIVE"
         until(browser, "the Spark application running again",
-              lambda d: client.getTopologyInfo(topology_id).sched_status.startswith("running:"))
+              lambda d: client.getTopologyInfo(topology_id).sched_status == "running")
         until(browser, "the spouts' rate non-zero again",
               lambda d: component_rates(d).get("sentences", 0) > 0)
         until(browser, "the Spark application's detail running again",

@@ -53,7 +53,10 @@ class ScriptedLauncher(UnscheduledLauncher):
             index = self.played[topology_id]
             self.played[topology_id] = index + 1
         detail = script[min(index, len(script) - 1)]
-        return RunStatus(state=detail.partition(":")[0], detail=detail)
+        state, _, why = detail.partition(": ")
+        # As the Spark launcher: a failure's reason is one of the topology's errors.
+        return RunStatus(state=state, detail=detail,
+                         errors=(("__spark", why, 1),) if state == "failed" else ())
 
     def stop(self, topology_id: str, grace: float) -> None:
         with self.lock:

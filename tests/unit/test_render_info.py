@@ -29,21 +29,19 @@ def test_an_errors_frames_are_indented_under_its_message() -> None:
     ]
 
 
-def test_the_spark_ui_line_only_for_a_ui_the_launcher_reports() -> None:
+def test_the_spark_ui_line_comes_from_the_executors_port_not_sched_status() -> None:
     idl = nimbus_idl()
 
-    def text(sched_status: str) -> str:
+    def text(port: int, sched_status: str = "running") -> str:
+        executors = [idl.ExecutorSummary(
+            executor_info=idl.ExecutorInfo(task_start=t, task_end=t), component_id="c",
+            host="127.0.0.1", port=port, uptime_secs=5) for t in (1, 2)]
         return render.info_text(idl.TopologyInfo(
-            id="wc-1", name="wc", uptime_secs=5, executors=[], status="ACTIVE",
+            id="wc-1", name="wc", uptime_secs=5, executors=executors, status="ACTIVE",
             sched_status=sched_status, errors={}))
 
-    on = "running: batch 3, 2.0k tuples/s, Spark UI http://127.0.0.1:4051"
-    assert "\nspark ui:   http://127.0.0.1:4051\n" in text(on)
-    assert render.spark_ui(on + "; started warm from a standby driver") == \
-        "http://127.0.0.1:4051"
-    # Off (the default): no line. An address in a quoted error is the topology's
-    # words, not the launcher's: never taken for its UI.
-    assert "spark ui:" not in text("running: batch 3, 2.0k tuples/s")
-    quoted = ("running: batch 3, 2.0k tuples/s; relaunched from the checkpoint after: "
-              "ValueError: x, Spark UI http://evil.example/")
-    assert render.spark_ui(quoted) == "" and "spark ui:" not in text(quoted)
+    assert "\nscheduled:  running\nspark ui:   http://127.0.0.1:4051\n" in text(4051)
+    # Off (the default): port 0, no line. An address in sched_status is never taken
+    # for the UI (it was read from there once; it is a word or two now).
+    assert "spark ui:" not in text(0)
+    assert "spark ui:" not in text(0, "running, Spark UI http://evil.example/")

@@ -138,7 +138,7 @@ class Infos:
         counts = self._counts.counts(row)
         if run is None:
             run = self.run_status(topology_id)
-        detail = run.detail
+        detail = run.sched_status
         if counts.problems:
             detail = "invalid: " + "; ".join(counts.problems) + f" ({detail})"
             log.warning("topology_row_invalid", topology=topology_id,
@@ -205,7 +205,8 @@ class Infos:
             executors=executors, status=rec.status,
             errors=self._chosen_errors(errors, num_errors),
             component_debug=self._component_debug(rec),
-            sched_status=run.detail, owner=rec.owner,
+            sched_status=run.sched_status if executors_listed or not run.assigned else
+            f"{run.sched_status} ({listed} executors, not listed)", owner=rec.owner,
             storm_version=self.structure(rec).storm_version,
             replication_count=CODE_REPLICATION)
 

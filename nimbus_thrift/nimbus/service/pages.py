@@ -190,7 +190,7 @@ class PageCalls:
             num_executors=_i32(sum(rec.executors.values())),
             topology_conf=self._infos.views.conf_json(rec.id, rec),
             id_to_spout_agg_stats=by_kind[True], id_to_bolt_agg_stats=by_kind[False],
-            sched_status=run.detail, topology_stats=self._topology_stats(rec, spouts),
+            sched_status=run.sched_status, topology_stats=self._topology_stats(rec, spouts),
             owner=rec.owner, debug_options=debug_options(idl, settings, ALL_COMPONENTS),
             replication_count=CODE_REPLICATION,
             workers=[self._worker_summary(rec, run, node, now)] if run.assigned else [],

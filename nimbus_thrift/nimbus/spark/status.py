@@ -6,7 +6,7 @@ the lines of its stderr worth quoting when its application failed.
 The state is read, each time it is asked, from whether the JVM is alive and the last
 ``status.json``::
 
-    JVM    status.json says      -> state     detail (TopologyInfo.sched_status)
+    JVM    status.json says      -> state     detail (the web page's sentence)
     alive  nothing yet              starting  "starting: waiting for the Spark application"
     alive  starting                 starting  "starting: Spark application ... is up, ..."
     alive  running/paused/stopping  the same  "running: batch 12, 3.4k tuples/s"
@@ -20,10 +20,14 @@ The state is read, each time it is asked, from whether the JVM is alive and the 
     gone   anything else, nothing   failed    "failed: ... without a final status: <last
                                                stderr line> (exit code 1; see <stderr>)"
 
-The detail always starts with the state word and a colon: ``submit --wait`` reads it.
+The detail always starts with the state word and a colon. Storm's ``sched_status`` is
+not the detail but :attr:`RunStatus.sched_status`: the state word, or ``relaunching
+after a failure`` / ``relaunching with the new parallelism`` (:func:`relaunching`)
+between a gone application and its relaunch; tools list it in a table column.
 A topology whose Spark UI is on (``spark.ui.enabled: true`` in its conf; it is off
-otherwise) has ``, Spark UI http://127.0.0.1:<port>`` after the batch (render.py's
-``spark_ui`` reads it back): that UI is readable by every local account.
+otherwise) has ``, Spark UI http://127.0.0.1:<port>`` after the batch, and that port
+is the worker's port in the IDL's summaries (render.py's ``spark_ui`` reads it from
+there): that UI is readable by every local account.
 """
 
 from __future__ import annotations
@@ -129,12 +133,34 @@ def run_status(run: Run, alive: bool, last: RunState | None, config: NimbusConfi
         run.launched_at
     batched = last is not None and last.batch_id >= 0
     return RunStatus(state=state, detail=detail, started_at=started, host=LOCAL_HOST,
-                     port=run.ui_port, ui_url=ui if alive else "",
+                     port=ui_port(ui) or run.ui_port, ui_url=ui if alive else "",
+                     relaunching="" if alive else relaunching(run, last, state, config),
                      components=components, errors=tuple(errors[-MAX_ERRORS:]),
                      restarts=run.restarts,
                      batches=last.batch_id + 1 if batched and last is not None else None,
                      last_batch_secs=last.batch_ms / 1000 if batched and last is not None
                      else None)
+
+
+def relaunching(run: Run, last: RunState | None, state: str, config: NimbusConfig
+                ) -> str:
+    """Why the gone application of ``run`` is being launched again (RunStatus's
+    ``relaunching``), or "" when it is not: the cases of :func:`gone_detail` that say
+    it will be."""
+    if run.pending_relaunch and not run.launch_error and not run.stopped and \
+            state == "stopped":
+        return "with the new parallelism"
+    if state == "failed" and not run.pending_relaunch and run.restartable(last, config):
+        return "after a failure"
+    return ""
+
+
+def ui_port(url: str) -> int:
+    """The port of a Spark UI address :func:`ui_address` gave (0 for none): the
+    worker's port in the IDL's summaries, which ``nimbus-thrift info`` shows the UI
+    at."""
+    match = _LOOPBACK_URL.fullmatch(url or "")
+    return int(url.rsplit(":", 1)[1]) if match else 0
 
 
 def ui_address(run: Run, last: RunState | None) -> str:

@@ -1,7 +1,8 @@
 """``/api/nimbus-thrift/...``: what the web page needs beyond Storm's API, under a
 prefix of our own so nothing pretends to be Storm's. Per topology: each component's
 rate now and over the last minutes (from the daemon's time series, :mod:`..timeseries`),
-and the Spark UI's address when the launcher knows it."""
+the Spark UI's address when the launcher knows it, and the launcher's sentence on the
+topology (``detail``). And its log (:mod:`.logs`)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,8 @@ class NimbusThriftApi:
         run = self.handler.run_status(info.id)
         return Response.json({
             "id": info.id, "name": info.name, "sparkUi": run.ui_url or None,
+            # The launcher's sentence: sched_status is Storm's word or two.
+            "detail": run.detail,
             "seconds": int(text),
             "components": {component: {"type": "spout" if component in spouts else "bolt",
                                        "rate": rate}

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from nimbus_thrift import render
 from nimbus_thrift.nimbus.config import load_config
 from nimbus_thrift.nimbus.spark import status as spark_status
 from nimbus_thrift.nimbus.spark.records import Run
@@ -123,7 +122,7 @@ def test_the_detail_says_a_batch_still_runs_after_the_ui(tmp_path: Path) -> None
     assert status.state == "paused"
     assert status.detail == ("paused: spouts stopped, batch 12, Spark UI "
                              f"http://127.0.0.1:4040; {spark_status.IN_FLIGHT}")
-    assert render.spark_ui(status.detail) == "http://127.0.0.1:4040"
+    assert (status.sched_status, status.port) == ("paused", 4040)
     last.in_flight = False
     status = spark_status.run_status(run, True, last, config, time.time)
     assert status.detail == "paused: spouts stopped, batch 12, Spark UI " \

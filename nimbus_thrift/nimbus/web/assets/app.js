@@ -202,9 +202,10 @@
     return value && typeof value === "object" ? Object.entries(value) : [];
   }
   function readHistory(json) {
-    const result = { sparkUi: "", series: {}, kinds: {}, now: {} };
+    const result = { sparkUi: "", detail: "", series: {}, kinds: {}, now: {} };
     if (!json || typeof json !== "object") return result;
     result.sparkUi = json.sparkUi || json.sparkUI || json.sparkUiUrl || "";
+    result.detail = typeof json.detail === "string" ? json.detail : "";
     for (const [cid, raw] of entriesOf(json.components)) {
       if (cid === undefined || !raw || typeof raw !== "object") continue;
       const kind = raw.type || raw.kind || raw.componentType;
@@ -318,7 +319,9 @@
       ui.hidden = true;
       ui.removeAttribute("href");
     }
-    $("topology-scheduler").textContent = page.schedulerInfo || "";
+    // The launcher's sentence (batch, rate, warm start, relaunches); Storm's
+    // schedulerInfo is only a word or two.
+    $("topology-scheduler").textContent = history.detail || page.schedulerInfo || "";
     $("action-activate").disabled = status !== "INACTIVE";
     $("action-deactivate").disabled = status !== "ACTIVE";
     $("action-rebalance").disabled = !(status === "ACTIVE" || status === "INACTIVE");

@@ -107,12 +107,12 @@ def test_state_changes_show_at_the_next_read(env: Env) -> None:
     env.idle()
     assert env.listed(tid).status == "INACTIVE"
     assert env.handler.getTopologyInfo(tid).status == "INACTIVE"
-    assert env.listed(tid).sched_status == "fake: paused"
+    assert env.listed(tid).sched_status == "paused"
     env.handler.activate("wc")
     env.idle()
     assert env.listed(tid).status == "ACTIVE"
     assert env.handler.getTopologyInfo(tid).status == "ACTIVE"
-    assert env.listed(tid).sched_status == "fake: running"
+    assert env.listed(tid).sched_status == "running"
 
 
 def test_a_rebalance_shows_in_summary_and_info(env: Env) -> None:
@@ -161,10 +161,10 @@ def test_launcher_stats_show_at_the_next_read(env: Env) -> None:
 
 def test_a_new_sched_status_seen_by_a_read_reaches_the_summary(env: Env) -> None:
     tid = env.submit("wc")
-    assert env.listed(tid).sched_status == "fake: running"
+    assert env.listed(tid).sched_status == "running"
     env.launcher.state[tid] = "failed"          # the launcher changed on its own
-    assert env.handler.getTopologyInfo(tid).sched_status == "fake: failed"
-    assert env.listed(tid).sched_status == "fake: failed"
+    assert env.handler.getTopologyInfo(tid).sched_status == "failed"
+    assert env.listed(tid).sched_status == "failed"
 
 
 def test_debug_shows_in_component_debug(env: Env) -> None:
@@ -259,10 +259,10 @@ def test_each_caller_is_checked_against_the_kept_acl(tmp_path: Path) -> None:
 
 def test_the_sampler_brings_a_new_sched_status_to_the_summary(env: Env) -> None:
     tid = env.submit("wc")
-    assert env.listed(tid).sched_status == "fake: running"
+    assert env.listed(tid).sched_status == "running"
     env.launcher.state[tid] = "failed"
     env.handler.sample_figures()
-    assert env.listed(tid).sched_status == "fake: failed"
+    assert env.listed(tid).sched_status == "failed"
 
 
 def test_by_name_and_with_options_serve_the_kept_info(env: Env) -> None:
@@ -324,7 +324,7 @@ def test_past_the_bound_of_changed_ids_all_is_read_again(
     assert len(views._rows_changed) == 2 and len(views._runs_changed) == 2
     listed = {t.id: t for t in env.handler.getClusterInfo().topologies}
     assert [(listed[i].status, listed[i].sched_status) for i in ids] == \
-        [("INACTIVE", "fake: paused")] * 3
+        [("INACTIVE", "paused")] * 3
 
 
 def test_a_launcher_call_that_returns_later_reaches_the_summary(tmp_path: Path) -> None:
@@ -335,10 +335,10 @@ def test_a_launcher_call_that_returns_later_reaches_the_summary(tmp_path: Path) 
         e.handler.deactivate("wc")      # answered before the launcher has paused it
         assert launcher.entered["pause"].wait(10)
         assert (e.listed(tid).status, e.listed(tid).sched_status) == \
-            ("INACTIVE", "fake: running")
+            ("INACTIVE", "running")
         launcher.release()
         e.idle()
-        assert e.listed(tid).sched_status == "fake: paused"
+        assert e.listed(tid).sched_status == "paused"
     finally:
         launcher.release()
         e.close()

@@ -115,7 +115,7 @@ def test_the_spark_ui_is_off_unless_the_topology_turns_it_on(
     status_file.write_text(json.dumps(raw))
     status = launcher.status(spec.topology_id)
     assert "Spark UI" not in status.detail and status.ui_url == ""
-    assert render.spark_ui(status.detail) == ""
+    assert status.port == 0 and status.sched_status == "paused"
 
 
 def test_pause_and_resume(tmp_path: Path, launchers: Launchers) -> None:
@@ -486,10 +486,10 @@ def test_handler_with_the_spark_launcher(tmp_path: Path, launchers: Launchers) -
         handler.submitTopology("wc", upload(handler, make_zip()), "{}", topology)
         (summary,) = handler.getClusterInfo().topologies
         info = wait_for(lambda: (i := handler.getTopologyInfo(summary.id)).sched_status
-                        .startswith("running:") and i, "running")
+                        == "running" and i, "running")
         assert {e.component_id for e in info.executors} == {"sentences", "split"}
         # No Spark UI (off by default): no port, and the CLI names none.
-        assert render.spark_ui(info.sched_status) == ""
+        assert render.spark_ui(info) == ""
         assert {(e.host, e.port) for e in info.executors} == {("127.0.0.1", 0)}
         text = render.info_text(info)
         assert "spark ui:" not in text
