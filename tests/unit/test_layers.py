@@ -81,6 +81,9 @@ ALLOWED[_N + "transfers.calls"] = ALLOWED[_N + "service"]
 ALLOWED[_N + "spark"] = _BASE | _FOUNDATION | {_N + "security", _N + "spark"}
 #: The web side: the page, the REST API and /metrics over the service's answers.
 ALLOWED[_N + "web"] = ALLOWED[_N + "service"] | {_N + "web"}
+#: High availability: the election and the journal on ZooKeeper, over the state they
+#: replicate; nothing of the calls, so the service stays the same in both modes.
+ALLOWED[_N + "ha"] = ALLOWED[_N + "state"] | {_N + "ha"}
 
 #: Imports a layer's ALLOWED prefixes would let through but that break a contract.
 FORBIDDEN: dict[str, set[str]] = {

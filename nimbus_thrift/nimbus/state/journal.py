@@ -61,8 +61,9 @@ class JournalError(Exception):
 class Journal(Protocol):
     """Where a store's commits go before they are committed."""
 
-    def record(self, change: Change) -> None:
-        """Make ``change`` durable for every replica, or raise (the commit is undone)."""
+    def record(self, change: Change) -> int | None:
+        """Make ``change`` durable for every replica, or raise (the commit is undone);
+        return its position in the journal, which the store keeps with it."""
 
 
 def _param_out(value: Any) -> Any:

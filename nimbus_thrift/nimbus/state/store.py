@@ -241,10 +241,12 @@ class Store:
                     pending, self._pending = self._pending, []
                     if self._journal is not None:
                         try:
-                            self._journal.record(Change(tuple(pending)))
+                            position = self._journal.record(Change(tuple(pending)))
                         except BaseException:
                             self._end_failed()
                             raise
+                        if position is not None:
+                            self._set_position(position)
                 self._owner = None
                 self._db.execute("COMMIT")
                 committed = True
@@ -265,11 +267,24 @@ class Store:
         with self._lock:
             self._journal = journal
 
-    def apply(self, change: Change) -> None:
+    def journal_position(self) -> int:
+        """The position of the last journal entry this store holds (0: none)."""
+        rows = self._query("SELECT value FROM meta WHERE key='journal_position'")
+        return int(rows[0][0]) if rows else 0
+
+    def _set_position(self, position: int) -> None:
+        # Beside the rows it brought, in the same transaction; not journaled itself.
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('journal_position', ?)",
+                         (position,))
+
+    def apply(self, change: Change, position: int | None = None) -> bool:
         """Replay a change another store committed (a replica's side of the journal):
-        its statements in one transaction, not journaled again; the watchers are told
-        as after a commit of this store's own."""
+        its statements in one transaction, not journaled again, with its journal
+        ``position``; the watchers are told as after a commit of this store's own.
+        Returns False, changing nothing, for a position this store already holds."""
         with self._lock:
+            if position is not None and position <= self.journal_position():
+                return False
             journal, self._journal = self._journal, None
             try:
                 with self.transaction():
@@ -279,9 +294,12 @@ class Store:
                             self._changed.add(statement.topology)
                             if statement.sql.startswith("DELETE FROM topologies"):
                                 self._forget(statement.topology)
+                    if position is not None:      # after them, as the leader wrote it
+                        self._set_position(position)
                     self._pending.clear()
             finally:
                 self._journal = journal
+        return True
 
     def _sync(self) -> None:
         """Make every commit so far durable: fsync the WAL (its frames are written at

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from nimbus_thrift.nimbus.state.journal import Change, JournalError, Statement
-from nimbus_thrift.nimbus.state.store import (MAX_ERRORS_PER_TOPOLOGY, Action, Blob, Store,
-                                              Upload)
+from nimbus_thrift.nimbus.state.store import Action, Store, Upload
 
-from test_store import record
+from support.store_rows import record, rows, workload
 
 
 class Recording:
@@ -36,31 +35,6 @@ def pair(tmp_path: Path) -> Iterator[tuple[Store, Store, Recording]]:
     yield leader, replica, journal
     leader.close()
     replica.close()
-
-
-def rows(store: Store) -> dict[str, list[tuple[object, ...]]]:
-    tables = ("meta", "topologies", "actions", "errors", "uploads", "blobs", "blob_uploads")
-    return {t: [tuple(r) for r in store._query(f"SELECT rowid, * FROM {t} ORDER BY rowid")]
-            for t in tables}
-
-
-def workload(store: Store) -> None:
-    store.next_counter()
-    store.insert_upload(Upload("u1", "/inbox/u1", "open", 0, None, 1.0, 1.0, None))
-    store.grow_upload("u1", 10, 2.0)
-    store.complete_upload("u1", "cafe", 3.0)
-    with store.transaction():
-        store.insert_topology(record("a-1-1", "a"))
-        store.insert_topology(record("b-2-1", "b"))
-    store.set_status("a-1-1", "INACTIVE", "ACTIVE")
-    store.set_parallelism("b-2-1", 3, {"split": 3})
-    store.set_action(Action("a-1-1", "remove", 9.0, {"wait": 1}))
-    for i in range(MAX_ERRORS_PER_TOPOLOGY + 5):        # the cap trims by rowid
-        store.add_error("b-2-1", "split", f"error {i}", i)
-    store.put_blob(Blob("k", 1, "f1", 7, "ab", "[]", 1.0, 1.0))
-    store.set_blob_acl("k", "[[1, null, 1]]")
-    store.clear_action("a-1-1")
-    store.delete_topology("a-1-1")
 
 
 def test_replayed_changes_give_the_same_rows(pair) -> None:

@@ -16,17 +16,7 @@ from nimbus_thrift.nimbus.state.store import (MAX_ERRORS_PER_TOPOLOGY, SCHEMA_VE
                                         Blob, BlobUpload, Store, StoreError,
                                         TopologyRecord, Upload)
 
-
-def record(tid: str = "wc-1-1700000000", name: str = "wc", **changes: object
-           ) -> TopologyRecord:
-    rec = TopologyRecord(
-        id=tid, name=name, status="ACTIVE", prev_status=None, owner="alice",
-        submitted_at=1_700_000_000.5, num_workers=2,
-        executors={"sentences": 1, "split": 2}, tasks={"sentences": 1, "split": 4},
-        conf={"topology.workers": 2, "nested": {"a": [1, None, "x"]}},
-        topology=b"\x00\x01binary\xff", code_upload="u1", code_sha256="ab" * 32,
-        code_bytes=1234)
-    return dataclasses.replace(rec, **changes)  # type: ignore[arg-type]
+from support.store_rows import record
 
 
 @pytest.fixture

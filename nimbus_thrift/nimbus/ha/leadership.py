@@ -1,0 +1,184 @@
+"""Who leads: an election on ZooKeeper (kazoo's Lock recipe, Curator's LeaderLatch in
+Storm), this nimbus's entry among the running ones, and the epoch that fences a
+former leader.
+
+Theory of operation. Each nimbus contends with its ``host:port`` as identifier; the
+contender holding the lock leads. A new leader first writes ``/epoch``: the node's new
+version is its epoch, and every journal write checks that version in the same
+ZooKeeper transaction (replication.py), so once a new leader has written it, nothing a
+former one still sends can land. Only then does it catch up on the journal
+(``on_gained``), and only after that does :attr:`Leadership.leading` say yes: state
+changes are refused until this nimbus has every change its predecessor made.
+
+When the session is suspended (no answer from ZooKeeper for now) the leader stops
+taking state changes at once (the journal could not take them anyway); when it is lost
+(expired: the lock node and every ephemeral node are gone, another nimbus may already
+lead) this nimbus steps down (``on_lost``) and contends again once it reconnects.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+
+from .coordinator import EPOCH, LEADER, NIMBUSES, Coordinator
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class NimbusEntry:
+    """A running nimbus as /nimbuses lists it (what NimbusSummary says of it)."""
+
+    host: str
+    port: int
+    started_at: float
+    version: str
+
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+class Leadership:
+    """This nimbus's part in the election. ``on_gained()`` runs on the election's
+    thread once the epoch is written (it catches up; leading starts when it returns);
+    ``on_lost()`` when leadership ends for any reason but :meth:`stop`."""
+
+    def __init__(self, coordinator: Coordinator, me: NimbusEntry,
+                 on_gained: Callable[[], None], on_lost: Callable[[], None]) -> None:
+        self._zk = coordinator
+        self.me = me
+        self._on_gained = on_gained
+        self._on_lost = on_lost
+        self._election = coordinator.client.Election(LEADER, me.address)
+        self._leading = False
+        #: The version of /epoch this nimbus wrote when it gained leadership.
+        self.epoch: int | None = None
+        self._end = threading.Event()         # ends the current term
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        coordinator.listen(self._on_session)
+
+    # --- what others ask --------------------------------------------------------------
+    @property
+    def leading(self) -> bool:
+        """True while this nimbus leads and may change state."""
+        return self._leading
+
+    def leader(self) -> str | None:
+        """The leader's ``host:port`` as the election says, or None while there is none
+        (or ZooKeeper cannot be asked)."""
+        try:
+            contenders = self._election.contenders()
+        except KazooException:
+            return None
+        return contenders[0] if contenders else None
+
+    def nimbuses(self) -> list[NimbusEntry]:
+        """Every running nimbus (this one included), as registered."""
+        client = self._zk.client
+        entries = []
+        try:
+            for name in sorted(client.get_children(NIMBUSES)):
+                try:
+                    data, _ = client.get(f"{NIMBUSES}/{name}")
+                    raw = json.loads(data)
+                    entries.append(NimbusEntry(str(raw["host"]), int(raw["port"]),
+                                               float(raw["started_at"]), str(raw["version"])))
+                except (NoNodeError, ValueError, KeyError, TypeError):
+                    continue        # gone meanwhile, or not ours to read
+        except KazooException:
+            return [self.me]
+        return entries
+
+    # --- running ----------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._contend, name="nimbus-election",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Leave the election (a leader steps down without ``on_lost``) and deregister."""
+        self._stopping.set()
+        self._leading = False
+        self._end.set()
+        self._election.cancel()
+        if self._thread is not None:
+            self._thread.join(timeout=self._zk.session_timeout + 5)
+        try:
+            self._zk.client.delete(f"{NIMBUSES}/{self.me.address}")
+        except KazooException:
+            pass
+
+    def _register(self) -> None:
+        data = json.dumps({"host": self.me.host, "port": self.me.port,
+                           "started_at": self.me.started_at,
+                           "version": self.me.version}).encode()
+        path = f"{NIMBUSES}/{self.me.address}"
+        try:
+            self._zk.client.create(path, data, ephemeral=True)
+        except NodeExistsError:
+            # Our own from a session that has not expired yet (a fast restart): ours
+            # now. A second live daemon on the same address cannot bind it anyway.
+            self._zk.client.delete(path)
+            self._zk.client.create(path, data, ephemeral=True)
+
+    def _contend(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                # Again after a lost session: its ephemeral node went with it.
+                self._register()
+                self._election.run(self._term)
+            except KazooException as exc:
+                log.warning("election_interrupted", error=str(exc), effect="contending again")
+            if not self._stopping.is_set():
+                self._stopping.wait(1.0)     # the session is being re-established
+
+    def _term(self) -> None:
+        """Runs while this nimbus holds the lock."""
+        self._end.clear()
+        stat = self._zk.client.set(EPOCH, self.me.address.encode()) \
+            if self._zk.client.exists(EPOCH) else None
+        if stat is None:
+            self._zk.client.create(EPOCH, self.me.address.encode())
+            stat = self._zk.client.exists(EPOCH)
+        self.epoch = stat.version
+        log.info("leadership_gained", nimbus=self.me.address, epoch=self.epoch)
+        started = time.monotonic()
+        try:
+            self._on_gained()
+        except Exception:
+            log.exception("leadership_take_over_failed", effect="stepping down")
+            self.epoch = None
+            self._on_lost()
+            return
+        if self._end.is_set():
+            self.epoch = None
+            self._on_lost()
+            return
+        self._leading = True
+        log.info("leading", nimbus=self.me.address, epoch=self.epoch,
+                 took_over_secs=round(time.monotonic() - started, 3))
+        self._end.wait()
+        self._leading = False
+        self.epoch = None
+        if not self._stopping.is_set():
+            log.warning("leadership_lost", nimbus=self.me.address)
+            self._on_lost()
+
+    def _on_session(self, state: str) -> None:
+        if state == "suspended":
+            self._leading = False          # no state change until ZooKeeper answers
+        elif state == "lost":
+            self._leading = False
+            self._end.set()
+        elif state == "connected" and self.epoch is not None and not self._end.is_set():
+            self._leading = True           # the session, and so the lock, survived
