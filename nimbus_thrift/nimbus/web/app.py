@@ -14,6 +14,7 @@ from .actions import Actions
 from .history import NimbusThriftApi
 from .httpserver import HttpServer
 from .limits import HttpLimits
+from .logs import TopologyLogs
 from .messages import Request, Response
 from .metrics import MetricsEndpoint
 from .routes import Route, Router
@@ -35,6 +36,7 @@ class WebApp:
         storm = StormApi(handler, self.csrf_token)
         actions = Actions(handler, self.csrf_token)
         ours = NimbusThriftApi(handler)
+        logs = TopologyLogs(handler)
         files = static or StaticFiles()
         self.metrics = MetricsEndpoint(handler, server, http_counters)
         topology = "/api/v1/topology/:id"
@@ -55,6 +57,7 @@ class WebApp:
             Route("POST", topology + "/rebalance/:wait", actions.rebalance),
             Route("POST", topology + "/kill/:wait", actions.kill),
             Route("GET", "/api/nimbus-thrift/topology/:id/history", ours.history),
+            Route("GET", "/api/nimbus-thrift/topology/:id/log", logs.log),
         ])
 
     def __call__(self, request: Request) -> Response:

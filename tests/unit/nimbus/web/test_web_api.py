@@ -60,8 +60,8 @@ def test_cluster_paths_have_storms_fields(env: WebEnv) -> None:
                                 "executorsTotal", "owner")} == {
         "id": tid, "name": "wc", "status": "ACTIVE", "tasksTotal": 6, "workersTotal": 1,
         "executorsTotal": 6, "owner": row["owner"]}
-    # No resource-aware scheduler: its fields are left out, not made up.
-    assert "requestedMemOnHeap" not in row and "assignedCpu" not in row
+    # No resource-aware scheduler: its fields are Storm's 0.0 (docs/nimbus-api.md).
+    assert (row["requestedMemOnHeap"], row["assignedCpu"]) == (0.0, 0.0)
     status, conf = env.get("/api/v1/cluster/configuration")
     assert conf["nimbus.thrift.port"] == env.config.port
 
@@ -83,8 +83,9 @@ def test_topology_figures_equal_info_json(env: WebEnv) -> None:
         assert bolts[bolt]["executors"] == rows[bolt]["executors"]
         assert float(bolts[bolt]["processLatency"]) == rows[bolt]["latency_ms"]
     assert bolts["split"]["executeLatency"] == "5.000"       # 500 ms busy / 100 tuples
-    # No acking on Spark: acked and failed are left out.
-    assert "acked" not in spout and "failed" not in bolts["split"]
+    # No acking on Spark: acked and failed are Storm's 0 (docs/nimbus-api.md).
+    assert (spout["acked"], spout["failed"]) == (0, 0)
+    assert (bolts["split"]["acked"], bolts["split"]["failed"]) == (0, 0)
     assert page["window"] == ":all-time" and page["windowHint"] == "All time"
     assert [s["window"] for s in page["topologyStats"]] == [":all-time", "600", "10800",
                                                             "86400"]
@@ -125,8 +126,10 @@ def test_topology_workers(env: WebEnv) -> None:
     tid = env.submit()
     env.report(tid)
     status, workers = env.get(f"/api/v1/topology-workers/{tid}")
+    # Storm's logviewer port: the web side's (the request's Host), where the log is.
     assert (status, workers) == (200, {"hostPortList": [{"host": "127.0.0.1",
-                                                         "port": 4040}]})
+                                                         "port": 4040}],
+                                       "logviewerPort": 8080})
 
 
 @pytest.mark.parametrize("path", [
