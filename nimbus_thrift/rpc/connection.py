@@ -60,7 +60,7 @@ from .errors import AppErrorCode, FrameSizeError, NotThriftError, PeerShareError
 from .fastio import grow_bytearray
 from .codec.forms import (FRAMED_BINARY, FRAMED_COMPACT, HEADER, Form, Message, classify_prefix,
                     framed_form, unframed_form)
-from .memory import MemoryBudget
+from .memory import SMALL_FRAME, MemoryBudget, ReadGroup
 from .peers import PeerShare
 from .states import TRANSITIONS, Event, IllegalTransition, State
 from .codec.unframed import Scanner
@@ -106,6 +106,10 @@ _PROCESSING = S.PROCESSING
 _CLOSED = S.CLOSED
 _FRAME_COMPLETE = E.FRAME_COMPLETE
 
+#: A connection's read group before its first frame (see Connection._group): never
+#: counted in, it only stands for "not joined yet".
+_UNJOINED = ReadGroup("")
+
 
 def _peek_call(body: Buffer, form: Form | None = None) -> tuple[str, int]:
     """(method name, seqid) from the start of a refused frame of ``form``, so the error
@@ -146,7 +150,8 @@ class Connection:
                  "size", "leftover", "held", "need", "last_activity",
                  "frame_started", "write_started", "refusal", "refused_call", "closing",
                  "host", "opened_at", "fresh", "parked_at", "outq_checked", "share",
-                 "declared", "principal", "form", "scan", "unframed_compact")
+                 "declared", "principal", "form", "scan", "unframed_compact", "group",
+                 "large_held")
 
     def __init__(self, peer: str, budget: MemoryBudget, max_frame_size: int,
                  now: float = 0.0) -> None:
@@ -172,7 +177,12 @@ class Connection:
         self.outq_checked = 0.0        # last_activity when the send queue was last checked
         self.host = peer               # what per-peer limits count (the peer's address)
         self.share = PeerShare()       # the counts of ``host`` (the selector's, once accepted)
-        self.declared = 0              # the current frame's length, as counted in ``share``
+        self.declared = 0              # the current frame's length, as counted in ``group``
+        # The read group of ``host`` (peers.read_group), whose frames' declared lengths
+        # the per-peer share limits; joined at the first frame, left at close.
+        self.group = _UNJOINED
+        # Of ``held``, the bytes the budget counts as a large frame's (memory.py).
+        self.large_held = 0
         self.principal: str | None = None   # who the transport says the client is
         # The client's form (forms.py), fixed by its first message; None until then.
         self.form: Form | None = None
@@ -227,17 +237,23 @@ class Connection:
                 # and what it may grow to counts as declared for the peer's share.
                 grown = min(grown, self.scan.limit + 1)
                 self.size = grown
-                self.share.declared += grown - cap
+                self.group.declared += grown - cap
                 self.declared += grown - cap
             size = self.size
             if grown > size:
                 grown = size
-            if not self.budget.try_reserve(grown - cap):
+            # A frame over SMALL_FRAME grows in the large frames' room (memory.py).
+            large = size > SMALL_FRAME
+            budget = self.budget
+            if not (budget.try_reserve_large(grown - cap, self.large_held) if large
+                    else budget.try_reserve(grown - cap)):
                 self.need = size - cap
-                self.budget.park(self)
+                budget.park(self, large)
                 self.advance(Event.FRAME_PARKED)
                 return None
             self.held += grown - cap
+            if large:
+                self.large_held += grown - cap
             grow_bytearray(frame, grown)
         return memoryview(frame)[pos:]
 
@@ -254,12 +270,14 @@ class Connection:
         if self.hdr or self.state is not _READING_HEADER or self.form is not FRAMED_BINARY:
             return None
         size = len(body)
-        share = self.share
+        group = self.group
+        if group is _UNJOINED:
+            group = self._group()
         budget = self.budget
         if size > self.max_frame_size or size > budget.capacity or \
-                share.declared + size > budget.peer_share:
+                group.declared + size > budget.peer_share:
             return None
-        share.declared += size
+        group.declared += size
         self.declared = size
         budget.force_reserve(size)
         self.held += size
@@ -281,18 +299,20 @@ class Connection:
         if compact is None or self.state is not _READING_HEADER or _scan_message is None:
             return None
         size = len(data)
-        share = self.share
+        group = self.group
+        if group is _UNJOINED:
+            group = self._group()
         budget = self.budget
         # (message_limit(), inlined.)
         limit = self.max_frame_size if self.max_frame_size < budget.capacity \
             else budget.capacity
-        if share.declared + size > budget.peer_share or \
+        if group.declared + size > budget.peer_share or \
                 _scan_message(data, compact, limit) != size:
             return None
         # Fits: the selector read no more than header_read_limit() (as in received()).
         budget.force_reserve(size)
         self.held += size
-        share.declared += size
+        group.declared += size
         self.declared = size
         self.frame = Message(bytes(data), self.form)  # type: ignore[assignment,arg-type]
         self.size = self.pos = size
@@ -312,6 +332,8 @@ class Connection:
         holds the error), or None when the length prefix is still incomplete.
         """
         view = memoryview(data)
+        if self.group is _UNJOINED:
+            self._group()
         if self.scan is not None or (self.form is not None
                                      and self.form.transport == "unframed"):
             return self._received_unframed(view, reserved)
@@ -350,7 +372,7 @@ class Connection:
             self.advance(Event.REFUSED)
             return Event.REFUSED
         self.size = size
-        self.share.declared += size
+        self.group.declared += size
         self.declared = size
         have = len(body)
         if have >= size:
@@ -365,6 +387,11 @@ class Connection:
                 self._tag()
             return Event.FRAME_COMPLETE
         # Admitted with what arrived (already reserved): the buffer grows in frame_view().
+        if size > SMALL_FRAME:
+            # What arrived with the header is a large frame's: counted as such (the
+            # header read took no more than the large room had free, see free_now).
+            self.budget.count_large(have)
+            self.large_held += have
         self.frame = bytearray(body)
         self.pos = have
         self.advance(Event.FRAME_ADMITTED)
@@ -386,7 +413,7 @@ class Connection:
             return FrameSizeError(size, self.budget.capacity,
                                   "the server's whole read-buffer budget "
                                   "(max_read_buffer_bytes)")
-        in_use = self.share.declared
+        in_use = self.group.declared
         if in_use + size > self.budget.peer_share:
             return PeerShareError(size, self.budget.peer_share, in_use)
         return None
@@ -397,6 +424,8 @@ class Connection:
         self.advance(Event.MEMORY_GRANTED)
         assert isinstance(self.frame, bytearray)
         self.held += self.size - len(self.frame)
+        if self.size > SMALL_FRAME:   # parked as large (frame_view): counted as such
+            self.large_held += self.size - len(self.frame)
         grow_bytearray(self.frame, self.size)
 
     def frame_bytes_received(self, n: int) -> bool:
@@ -449,15 +478,15 @@ class Connection:
             # The common case, a whole small call in one read: C finds its end, or says
             # -1 and the Scanner (which decides, and explains refusals) takes over.
             end = _scan_message(data, form.protocol == "compact", limit)
-            share = self.share
-            if end > 0 and share.declared + end <= self.budget.peer_share:
+            group = self.group
+            if end > 0 and group.declared + end <= self.budget.peer_share:
                 if end < len(data):
                     self.frame = Message(data[:end], form)  # type: ignore[assignment]
                     self.leftover = data[end:]
                 else:
                     self.frame = Message(data, form)  # type: ignore[assignment]
                 self.size = self.pos = end
-                share.declared += end
+                group.declared += end
                 self.declared = end
                 if self.state is _READING_HEADER:
                     # FRAME_ADMITTED then FRAME_COMPLETE in one step, as in whole_frame().
@@ -469,7 +498,7 @@ class Connection:
         self.scan = Scanner(form.protocol, limit)
         self.frame = bytearray(data)
         self.pos = self.size = len(data)
-        self.share.declared += len(data)
+        self.group.declared += len(data)
         self.declared = len(data)
         self.advance(Event.FRAME_ADMITTED)
         return Event.FRAME_COMPLETE if self._scanned() else Event.FRAME_ADMITTED
@@ -486,9 +515,9 @@ class Connection:
             self._fail_unframed(exc)
             return True
         if end is None:
-            if self.share.declared > self.budget.peer_share:
+            if self.group.declared > self.budget.peer_share:
                 self._fail_unframed(PeerShareError(self.declared, self.budget.peer_share,
-                                                   self.share.declared - self.declared))
+                                                   self.group.declared - self.declared))
                 return True
             return False
         form = self.form
@@ -496,11 +525,14 @@ class Connection:
         # Bytes past the message are the next one's (kept reserved, as after a frame);
         # the buffer's unfilled room goes back to the budget.
         self.leftover = bytes(frame[end:self.pos])
+        # Complete: what it holds now is a message being handled and the next one's
+        # first bytes, not a large frame growing (so no longer in the large room).
+        self._release_large()
         self._give_back(len(frame) - self.pos)
         del frame[end:]
         self.frame = Message(frame, form)    # type: ignore[assignment]
         self.size = self.pos = end
-        self.share.declared += end - self.declared
+        self.group.declared += end - self.declared
         self.declared = end
         self.scan = None
         self.advance(Event.FRAME_COMPLETE)
@@ -515,11 +547,12 @@ class Connection:
         assert scan is not None and self.form is not None
         self.frame = Message(b"", self.form, error, scan.name,  # type: ignore[assignment]
                              scan.seqid)
+        self._release_large()
         self._give_back(self.held)
         self.leftover = b""
         self.size = self.pos = 0
         if self.declared:
-            self.share.declared -= self.declared
+            self.group.declared -= self.declared
             self.declared = 0
         self.scan = None
         self.closing = True
@@ -542,11 +575,12 @@ class Connection:
         if self.state is _CLOSED:
             return
         self.frame = None
+        self._release_large()
         self._give_back(self.size)
         self.size = 0
         self.pos = 0
         if self.declared:
-            self.share.declared -= self.declared
+            self.group.declared -= self.declared
             self.declared = 0
 
     def answered(self) -> None:
@@ -562,11 +596,13 @@ class Connection:
         if size:
             self.held -= size
             self.budget.release(size)
+        if self.large_held:
+            self._release_large()
         self.size = 0
         self.pos = 0
         declared = self.declared
         if declared:
-            self.share.declared -= declared
+            self.group.declared -= declared
             self.declared = 0
         self.state = _ANSWERED
 
@@ -575,14 +611,18 @@ class Connection:
         if self.state is State.AWAITING_MEMORY:
             self.budget.unpark(self)
         released = self.held
+        self._release_large()
         self._give_back(self.held)
         self.frame = None
         self.leftover = b""
         self.need = 0
         self.scan = None
         if self.declared:
-            self.share.declared -= self.declared
+            self.group.declared -= self.declared
             self.declared = 0
+        if self.group is not _UNJOINED:
+            self.budget.leave_group(self.group)
+            self.group = _UNJOINED
         if self.state is not State.CLOSED:
             self.advance(Event.CLOSE)
         return released
@@ -591,6 +631,17 @@ class Connection:
         if n:
             self.held -= n
             self.budget.release(n)
+
+    def _release_large(self) -> None:
+        """The large frame's bytes leave the large room (released, or about to be)."""
+        if self.large_held:
+            self.budget.release_large(self.large_held)
+            self.large_held = 0
+
+    def _group(self) -> ReadGroup:
+        """Join the read group of :attr:`host` (once, before the first frame counts)."""
+        group = self.group = self.budget.join_group(self.host)
+        return group
 
     def refuse_parked(self, error: Exception) -> None:
         """A parked frame waited too long (park_timeout): leave the queue, release its
@@ -611,9 +662,10 @@ class Connection:
         self.refusal = error
         self.frame = None
         self.need = 0
+        self._release_large()
         self._give_back(self.held)
         if self.declared:
-            self.share.declared -= self.declared
+            self.group.declared -= self.declared
             self.declared = 0
         self.advance(Event.REFUSED)
 

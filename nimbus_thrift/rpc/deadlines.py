@@ -13,6 +13,9 @@ The clocks, by state (times are the selector's ``time.monotonic()``):
   is paused, not restarted, while the frame waits for memory (the selector moves
   ``frame_started`` on by the time parked), so parking neither costs an honest client
   its time nor hands a slow one a fresh allowance; the first request's clock likewise;
+  and the progress rule: ``frame_progress_timeout`` from the frame's last bytes (the
+  selector's ``last_activity``, moved on likewise by a park), so a frame that stops
+  short of its end is closed whatever it averaged before (issue 27);
 * waiting for memory: ``park_timeout`` from parking, answered like a frame too large
   (:class:`ParkTimeoutError`, then close);
 * writing a reply the socket did not take at once: ``write_timeout`` from then.
@@ -85,6 +88,11 @@ def overdue(conn: Connection, opts: ServerOptions, now: float) -> Overdue | None
         if limit and elapsed > limit:
             return Overdue(f"frame not received within {limit:g}s (frame_read_timeout; "
                            f"{received} of {_declared(conn)} bytes)")
+        limit = opts.frame_progress_timeout
+        if limit and now - conn.last_activity > limit:
+            return Overdue(f"no byte of the frame for more than {limit:g}s "
+                           f"(frame_progress_timeout; {received} of {_declared(conn)} "
+                           f"bytes)")
         rate = opts.min_frame_rate
         late = elapsed - opts.frame_rate_grace
         if rate and late > 0 and received < rate * late:

@@ -665,5 +665,6 @@ class Selector:
             # it (moved on by the wait, not restarted, see deadlines.py).
             waited = now - conn.parked_at
             conn.frame_started += waited
+            conn.last_activity += waited      # and the progress rule's (deadlines.py)
             conn.opened_at += waited
             self._set_interest(channel_of[conn], _EPOLLIN)

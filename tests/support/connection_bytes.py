@@ -40,6 +40,7 @@ def feed_frame_body(conn: Connection, body: bytes, chunk: int) -> list[bool]:
         assert view is not None, "the frame parked"
         n = min(chunk, len(view), len(body))
         view[:n] = body[:n]
+        view.release()   # as the selector does: the buffer may have to grow next
         body = body[n:]
         results.append(conn.frame_bytes_received(n))
     return results

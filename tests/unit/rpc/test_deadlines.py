@@ -72,7 +72,7 @@ def test_a_trickle_does_not_reset_the_frames_clock() -> None:
 
 def test_rate_rule_closes_a_drip_after_the_grace_period() -> None:
     opts = ServerOptions(min_frame_rate=1000, frame_rate_grace=5, frame_read_timeout=None,
-                         first_request_timeout=None)
+                         first_request_timeout=None, frame_progress_timeout=None)
     conn = clocked(opts, fresh=False, frame_started=T0)
     assert conn.received(length(1_000_000) + b"x" * 96) is Event.FRAME_ADMITTED
     assert overdue(conn, opts, T0 + 5) is None      # grace
@@ -99,7 +99,8 @@ def test_rate_rule_and_frame_clock_pause_while_parked() -> None:
     """The selector moves frame_started on by the time a frame waited for memory: the
     wait is not the client's, and the clock is not restarted either."""
     opts = ServerOptions(frame_read_timeout=10, min_frame_rate=None,
-                         first_request_timeout=None, park_timeout=100)
+                         first_request_timeout=None, park_timeout=100,
+                         frame_progress_timeout=None)
     conn = clocked(opts, fresh=False, frame_started=T0)
     conn.state = State.AWAITING_MEMORY
     conn.parked_at = T0 + 4
@@ -108,6 +109,48 @@ def test_rate_rule_and_frame_clock_pause_while_parked() -> None:
     conn.frame_started += (T0 + 50) - conn.parked_at  # admitted at T0 + 50
     assert overdue(conn, opts, T0 + 55.9) is None    # 4 s before + 5.9 s after
     assert overdue(conn, opts, T0 + 56.1) is not None
+
+
+def test_a_frame_that_stops_short_is_closed_whatever_it_averaged() -> None:
+    """Issue 27: a frame that brought nearly 1 MiB in half a second and then stopped
+    16 bytes short met min_frame_rate's average for 1,000 s. The progress rule counts
+    from its last bytes: frame_progress_timeout after them, it is late."""
+    opts = ServerOptions(frame_progress_timeout=5, first_request_timeout=None)
+    conn = clocked(opts, fresh=False, frame_started=T0, last_activity=T0)
+    assert conn.received(length(1 << 20) + b"x" * 1000) is Event.FRAME_ADMITTED
+    feed_frame_body(conn, b"y" * ((1 << 20) - 1000 - 16), chunk=65536)
+    conn.last_activity = T0 + 0.5                     # its last bytes
+    late = overdue(conn, opts, T0 + 5.6)
+    assert overdue(conn, opts, T0 + 5.4) is None
+    assert late is not None and "frame_progress_timeout" in late.reason
+    assert f"{(1 << 20) - 16 + 4} of {1 << 20} bytes" in late.reason and not late.park
+    # Without the rule, the average since its start is far above min_frame_rate.
+    assert overdue(conn, ServerOptions(frame_progress_timeout=None,
+                                       first_request_timeout=None), T0 + 29) is None
+    # A byte now and then keeps it going (the frame's own clock still bounds it).
+    conn.last_activity = T0 + 5.3
+    assert overdue(conn, opts, T0 + 10.2) is None
+
+
+def test_the_progress_rule_covers_a_length_prefix_begun_and_pauses_while_parked() -> None:
+    opts = ServerOptions(frame_progress_timeout=3, min_frame_rate=None,
+                         first_request_timeout=None, park_timeout=100,
+                         frame_read_timeout=None)
+    conn = clocked(opts, fresh=False, last_activity=T0, frame_started=T0)
+    assert conn.received(b"\x00\x00") is None        # half a length prefix
+    assert overdue(conn, opts, T0 + 2.9) is None
+    assert overdue(conn, opts, T0 + 3.1) is not None
+    # Between frames (no byte of the next one yet) it does not apply: idle_timeout does.
+    idle = clocked(opts, fresh=False, last_activity=T0)
+    assert overdue(idle, opts, T0 + 60) is None
+    # Parked: only park_timeout runs; the selector moves last_activity on by the wait.
+    conn.state = State.AWAITING_MEMORY
+    conn.parked_at = T0 + 1
+    assert overdue(conn, opts, T0 + 50) is None
+    conn.state = State.READING_FRAME
+    conn.last_activity += (T0 + 50) - conn.parked_at  # admitted at T0 + 50
+    assert overdue(conn, opts, T0 + 51.9) is None
+    assert overdue(conn, opts, T0 + 52.1) is not None
 
 
 def test_park_timeout_is_a_refusal() -> None:
@@ -139,7 +182,7 @@ def test_write_deadline_and_unread_reply_check() -> None:
 def test_deadlines_off_when_none() -> None:
     opts = ServerOptions(first_request_timeout=None, idle_timeout=None,
                          frame_read_timeout=None, min_frame_rate=None, park_timeout=None,
-                         write_timeout=None)
+                         write_timeout=None, frame_progress_timeout=None)
     for state in (State.READING_HEADER, State.READING_FRAME, State.AWAITING_MEMORY,
                   State.WRITING):
         conn = clocked(opts, state=state, frame_started=T0, parked_at=T0, write_started=T0)
