@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from .. import logs
-from ..tuning import tune_allocator, tune_gc
+from ..tuning import raise_open_files_limit, tune_allocator, tune_gc
 from .options import SettingsCommand, daemon_setting_options, setting_option
 from .stop_signals import on_stop_signals, wait
 
@@ -21,7 +21,11 @@ from .stop_signals import on_stop_signals, wait
               help="YAML file of settings (keys as in docs/configuration.md, e.g. "
                    "data_dir: /srv/nimbus).")
 def nimbus(config_file: Path | None, **flags: Any) -> None:
-    """Run the nimbus daemon in the foreground until SIGTERM or Ctrl-C.
+    """Run the nimbus daemon in the foreground until SIGTERM, SIGHUP or Ctrl-C.
+
+    Each of the three stops it gracefully: calls in flight finish (10 s at most), the
+    Unix socket is removed and the data directory unlocked. SIGHUP (a closed terminal)
+    stops; it does not reload settings: restart the daemon for that.
 
     Settings come from defaults, then the --config file, then NIMBUS_THRIFT_<SETTING>
     environment variables (NIMBUS_THRIFT_DATA_DIR, ...), then these flags; every
@@ -36,8 +40,11 @@ def nimbus(config_file: Path | None, **flags: Any) -> None:
     logs.configure(config.log_level, config.log_format)  # type: ignore[arg-type]
     tune_allocator("bounded")
     tune_gc()
+    # Room for max_connections: the server clamps to the soft limit it finds
+    # (rpc/options.py, within_open_files); the `listening` log line says what is in force.
+    raise_open_files_limit()
     daemon = NimbusDaemon(config)
-    stop = on_stop_signals()
+    stop = on_stop_signals(hangup=True)
     try:
         host, port = daemon.start()
     except DaemonError as exc:
@@ -46,7 +53,7 @@ def nimbus(config_file: Path | None, **flags: Any) -> None:
         raise click.ClickException(
             f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
     click.echo(f"nimbus listening on {host}:{port} (data in {config.data_dir}, "
-               f"launcher {config.launcher}); Ctrl-C or SIGTERM stops", err=True)
+               f"launcher {config.launcher}); Ctrl-C, SIGTERM or SIGHUP stops", err=True)
     if daemon.ui_url is not None:
         click.echo(f"web UI, REST API and /metrics at {daemon.ui_url}", err=True)
     wait(stop)

@@ -1,4 +1,5 @@
-"""How the server commands (demo, nimbus) run in the foreground: until SIGINT or SIGTERM."""
+"""How the server commands (demo, nimbus) run in the foreground: until SIGINT or SIGTERM,
+and, for the daemon, SIGHUP."""
 
 from __future__ import annotations
 
@@ -7,9 +8,18 @@ import threading
 from typing import Any
 
 
-def on_stop_signals() -> "threading.Event":
-    """Make SIGINT and SIGTERM set the returned event. Installed *before* the server
-    starts, so a signal right after the banner still stops it gracefully."""
+def on_stop_signals(hangup: bool = False) -> "threading.Event":
+    """Make SIGINT and SIGTERM (and SIGHUP, with ``hangup``) set the returned event.
+    Installed *before* the server starts, so a signal right after the banner still
+    stops it gracefully.
+
+    Why SIGHUP stops rather than reloads: it is what a closed terminal or a dropped
+    SSH session sends, and its default action kills the process on the spot, leaving
+    the data directory's lock and the Unix socket behind and cutting off calls in
+    flight. A reload would have to re-read settings that the listeners, TLS and the
+    state store were built from; stopping is the one safe meaning (a supervisor
+    restarts the daemon). The demo command keeps SIGHUP for its multi-process rolling
+    restart (demo.reload_on_hangup)."""
     stop = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -17,6 +27,8 @@ def on_stop_signals() -> "threading.Event":
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    if hangup:
+        signal.signal(signal.SIGHUP, on_signal)
     return stop
 
 
