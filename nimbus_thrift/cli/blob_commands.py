@@ -34,16 +34,24 @@ def _upload(target: Any, timeout: float, key: str, file: Path | None, create: bo
     from ..client.blobs import upload_blob
 
     with connected_client(target, timeout) as client:
+        # On one leader; from a file, sent again from its start if the leader changes
+        # mid-upload (standard input cannot be read twice).
         if file is None:
-            return upload_blob(client, key, sys.stdin.buffer,
-                               create=create, acl=acl, replication=replication)
+            return client.on_leader(upload_blob, client, key, sys.stdin.buffer,
+                                    create=create, acl=acl, replication=replication,
+                                    what=f"the upload of blob {key!r}", restart=False)
         try:
             source = open(file, "rb")
         except OSError as exc:
             raise click.ClickException(f"cannot read {file}: {exc.strerror}") from None
-        with source:
+
+        def send() -> int:
+            source.seek(0)
             return upload_blob(client, key, source, create=create, acl=acl,
                                replication=replication)
+
+        with source:
+            return client.on_leader(send, what=f"the upload of blob {key!r}")
 
 
 @blob.command("create")

@@ -69,8 +69,11 @@ def submit(path: Path, name: str | None, class_name: str | None,
         progress = UploadProgress()
         with connected_client(target, call_timeout) as client:
             try:
-                topology_id = submit_prepared(client, prepared, inactive=inactive,
-                                              progress=progress if err else None)
+                # The upload and its submit on one leader (again on the next, once).
+                topology_id = client.on_leader(submit_prepared, client, prepared,
+                                               inactive=inactive,
+                                               progress=progress if err else None,
+                                               what="the submit")
             finally:
                 progress.close()
             if err:
