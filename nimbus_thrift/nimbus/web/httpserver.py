@@ -8,10 +8,14 @@ selector's. ::
                           write with a deadline         <-----   (the daemon's own code)
     stop()  ------->      close listener and connections
 
-Bounds (:mod:`.limits`): connections over ``max_connections`` are closed as soon as
-they are accepted; a request must arrive whole (TLS handshake, head and body) within
-``header_timeout`` of its first byte, a kept-alive connection may idle
-``idle_timeout``, a response must be taken within ``write_timeout``. The application
+Bounds (:mod:`.limits`): a connection over ``max_connections``, or over
+``max_connections_per_address`` from its client's address, takes the place of the
+longest-waiting connection (in its TLS handshake or before a request: :class:`.limits.
+Slots`), or is closed as soon as accepted if every one is busy; the TLS handshake must
+end within ``handshake_timeout`` of the accept, a request's first byte come within
+``first_bytes_timeout`` (of the accept or the handshake), and the whole request within
+``header_timeout``; a kept-alive connection may idle ``idle_timeout``, a response must
+be taken within ``write_timeout``. The application
 runs on a small thread pool, so a slow call (SQLite, a launcher) never blocks the loop
 and a flood of requests waits its turn (one per connection at most).
 
@@ -36,9 +40,10 @@ from typing import Callable, cast
 import structlog
 
 from ...rpc.localpeer import PeerLookup
+from ...rpc.throttle import LogThrottle
 from ...rpc.tls import CertificateRefused, PrincipalFromCert, principal_of
 from .http11 import Closed, Http11
-from .limits import BACKLOG, HttpLimits
+from .limits import BACKLOG, HttpLimits, Slot, Slots
 from .messages import HttpError, Request, Response
 
 log = structlog.get_logger(__name__)
@@ -53,12 +58,13 @@ class HttpCounters:
     """What the HTTP side counts (written on its loop thread, read by /metrics)."""
 
     __slots__ = ("connections_open", "connections_accepted", "connections_refused",
-                 "requests", "timeouts", "bad_requests")
+                 "connections_evicted", "requests", "timeouts", "bad_requests")
 
     def __init__(self) -> None:
         self.connections_open = 0
         self.connections_accepted = 0
-        self.connections_refused = 0      # over max_connections
+        self.connections_refused = 0      # over a connection limit, none to evict
+        self.connections_evicted = 0      # waiting ones closed to make room (Slots)
         self.requests = 0                 # answered by the application
         self.timeouts = 0                 # closed by a deadline
         self.bad_requests = 0             # malformed, or over a size limit
@@ -103,6 +109,10 @@ class HttpServer:
         self._peer_lookup = PeerLookup() if identify_local_peers else None
         self.limits = limits or HttpLimits()
         self.counters = HttpCounters()
+        #: Who holds the connection slots (used on the loop's thread only).
+        self._slots = Slots(self.limits.max_connections,
+                            self.limits.max_connections_per_address)
+        self._eviction_log = LogThrottle()
         self.address: tuple[str, int] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -187,28 +197,43 @@ class HttpServer:
     async def _connection(self, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
         counters = self.counters
-        if counters.connections_open >= self.limits.max_connections:
+        task = asyncio.current_task()
+        assert task is not None
+        peername = writer.get_extra_info("peername")
+        # Counted per IP address, before any byte or handshake: the slots are what a
+        # client without credentials can take.
+        slot, victim = self._slots.admit(peername[0] if peername else "", task)
+        if slot is None:
             counters.connections_refused += 1
             writer.transport.abort()
             return
+        if victim is not None:
+            counters.connections_evicted += 1
+            victim.owner.cancel()        # its finally closes it; the slot is free now
+            held = self._eviction_log.allow(str(victim.address),
+                                            asyncio.get_running_loop().time())
+            if held is not None:
+                log.warning("http_connection_evicted", peer_address=victim.address,
+                            reason="the HTTP side or the address was at its connection "
+                                   "limit: the longest-waiting connection made room",
+                            similar_evictions_not_logged=held)
         counters.connections_open += 1
         counters.connections_accepted += 1
-        task = asyncio.current_task()
-        assert task is not None
         self._tasks.add(task)
         try:
-            await self._converse(reader, writer)
+            await self._converse(reader, writer, slot)
         except asyncio.CancelledError:
             pass
         except (ConnectionError, OSError, ssl.SSLError):
             pass                 # the client went away or broke TLS: nothing to answer
         finally:
+            self._slots.release(slot)
             self._tasks.discard(task)
             counters.connections_open -= 1
             writer.transport.abort()
 
     async def _converse(self, reader: asyncio.StreamReader,
-                        writer: asyncio.StreamWriter) -> None:
+                        writer: asyncio.StreamWriter, slot: Slot) -> None:
         peername = writer.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if peername else ""
         principal = None
@@ -217,10 +242,12 @@ class HttpServer:
             principal = self._peer_lookup.user(peername,
                                                writer.get_extra_info("sockname"))
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.limits.header_timeout
+        limits = self.limits
+        deadline = loop.time() + limits.header_timeout
         if self.ssl_context is not None:
             try:
-                async with asyncio.timeout_at(deadline):
+                async with asyncio.timeout_at(
+                        min(deadline, loop.time() + limits.handshake_timeout)):
                     await writer.start_tls(self.ssl_context)
             except TimeoutError:
                 self.counters.timeouts += 1
@@ -238,17 +265,23 @@ class HttpServer:
                 return
             if certified is not None:
                 principal = certified
-        http = Http11(self.limits, peer=peer, principal=principal, scheme=self.scheme)
+        http = Http11(limits, peer=peer, principal=principal, scheme=self.scheme)
         idle = False                 # the first request gets header_timeout from accept
+        # ... and its first byte first_bytes_timeout from the accept or handshake.
+        first_bytes_by: float | None = loop.time() + limits.first_bytes_timeout
+        slots = self._slots
         while True:
             try:
-                request = await self._read_request(http, reader, deadline, idle)
+                request = await self._read_request(http, reader, deadline, idle,
+                                                   first_bytes_by)
             except HttpError as error:
                 self.counters.bad_requests += 1
                 await self._write(writer, http.error_bytes(error))
                 return
             except (Closed, TimeoutError):
                 return
+            first_bytes_by = None
+            slots.busy(slot)
             assert self._pool is not None
             response = await loop.run_in_executor(self._pool, self._answer, request)
             self.counters.requests += 1
@@ -256,10 +289,12 @@ class HttpServer:
                 response, head_only=request.method == "HEAD"))
             if not http.next_cycle():
                 return
+            slots.waiting(slot)
             idle = True
 
     async def _read_request(self, http: Http11, reader: asyncio.StreamReader,
-                            deadline: float, idle: bool) -> Request:
+                            deadline: float, idle: bool,
+                            first_bytes_by: float | None) -> Request:
         loop = asyncio.get_running_loop()
         if idle:
             deadline = loop.time() + self.limits.idle_timeout
@@ -271,8 +306,11 @@ class HttpServer:
                 # The next request's first bytes are in: now it has header_timeout.
                 idle = False
                 deadline = loop.time() + self.limits.header_timeout
+            until = deadline
+            if first_bytes_by is not None and http.waiting_idle:
+                until = min(deadline, first_bytes_by)
             try:
-                async with asyncio.timeout_at(deadline):
+                async with asyncio.timeout_at(until):
                     data = await reader.read(READ_SIZE)
             except TimeoutError:
                 self.counters.timeouts += 1

@@ -18,14 +18,18 @@ from support.web import WebEnv
 
 #: The defaults as limits.py documents them, written out here so that a changed value
 #: fails a test (and is then changed here, on purpose).
-DOCUMENTED = {"max_connections": 256, "max_header_bytes": 16384, "max_body_bytes": 65536,
+DOCUMENTED = {"max_connections": 256, "max_connections_per_address": 32,
+              "handshake_timeout": 5.0, "first_bytes_timeout": 5.0,
+              "max_header_bytes": 16384, "max_body_bytes": 65536,
               "header_timeout": 10.0, "idle_timeout": 30.0, "write_timeout": 30.0,
               "request_threads": 4}
 
 
 def test_the_defaults_are_the_documented_values() -> None:
     assert vars(HttpLimits()) == DOCUMENTED
-    assert (limits.MAX_CONNECTIONS, limits.MAX_HEADER_BYTES, limits.MAX_BODY_BYTES,
+    assert (limits.MAX_CONNECTIONS, limits.MAX_CONNECTIONS_PER_ADDRESS,
+            limits.HANDSHAKE_TIMEOUT, limits.FIRST_BYTES_TIMEOUT,
+            limits.MAX_HEADER_BYTES, limits.MAX_BODY_BYTES,
             limits.HEADER_TIMEOUT, limits.IDLE_TIMEOUT, limits.WRITE_TIMEOUT,
             limits.REQUEST_THREADS) == tuple(DOCUMENTED.values())
     assert limits.BACKLOG == 128
