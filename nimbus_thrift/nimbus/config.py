@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..idl import ENV_PREFIX
-from .settings import (OPTIONAL_PATH, OPTIONAL_STR, PRINCIPAL_MAP, PRINCIPALS, SETTINGS,
-                       ConfigError, NimbusConfig)
+from .settings import (OPTIONAL_ADDRESSES, OPTIONAL_PATH, OPTIONAL_STR, PRINCIPAL_MAP,
+                       PRINCIPALS, SETTINGS, ConfigError, NimbusConfig)
 
 __all__ = ["ConfigError", "NimbusConfig", "load_config", "is_public", "to_public",
            "ENV_PREFIX", "DEFAULT_MAX_DOWNLOADS_PER_PEER", "DEFAULT_MAX_INBOX_BYTES",
@@ -36,6 +36,8 @@ _EXPECTED = {int: "an integer", float: "a number", Path: "a path", str: "a strin
              PRINCIPALS: "a list of principal names (comma-separated in the environment "
                          "and flags)",
              OPTIONAL_PATH: "a path (or empty)",
+             OPTIONAL_ADDRESSES: "a list of host:port addresses (comma-separated in "
+                                 "the environment), or empty for none",
              OPTIONAL_STR: "a path, or empty to turn it off",
              PRINCIPAL_MAP: "a mapping of principal to OS user name (principal=user "
                             "pairs, comma-separated, in the environment)"}
@@ -50,6 +52,10 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             return _principals(value)
         if kind == PRINCIPAL_MAP:
             return _principal_map(value)
+        if kind == OPTIONAL_ADDRESSES:
+            if value is None or value == "" or value == []:
+                return None
+            return _principals(value)           # the same list forms as principals
         if kind == OPTIONAL_PATH:
             if value is None or value == "":
                 return None
@@ -186,8 +192,8 @@ def _from_file(path: Path) -> dict[str, Any]:
     return values
 
 
-#: The settings typed as paths, or as lists of principals: never public.
-_PRIVATE_KINDS = (Path, OPTIONAL_PATH, PRINCIPALS, PRINCIPAL_MAP)
+#: The settings typed as paths, or as lists of principals or of servers: never public.
+_PRIVATE_KINDS = (Path, OPTIONAL_PATH, PRINCIPALS, PRINCIPAL_MAP, OPTIONAL_ADDRESSES)
 
 
 def is_public(name: str) -> bool:

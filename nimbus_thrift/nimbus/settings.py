@@ -140,13 +140,16 @@ LIMITS = "Limits: admission, submit-time checks, transfers"
 SERVER = "The server: workers, memory, deadlines"
 WEB = "The web UI, REST API and /metrics"
 LOGGING = "Logging"
-SECTIONS = (LISTENING, TOPOLOGIES, LIMITS, SERVER, WEB, LOGGING)
+HA = "High availability: several nimbuses on ZooKeeper"
+SECTIONS = (LISTENING, TOPOLOGIES, LIMITS, SERVER, WEB, LOGGING, HA)
 
 #: The declared types of the settings that are not plain scalars.
 PRINCIPALS = tuple[str, ...]
 OPTIONAL_PATH = Path | None
 OPTIONAL_STR = str | None
 PRINCIPAL_MAP = tuple[tuple[str, str], ...]
+#: ``host:port`` entries, or None for none (zookeeper_servers).
+OPTIONAL_ADDRESSES = tuple[str, ...] | None
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,8 @@ class Setting:
             _check_principals(name, value)
         if self.kind == PRINCIPAL_MAP:
             _check_principal_map(name, value)
+        if self.kind == OPTIONAL_ADDRESSES and value is not None:
+            _check_addresses(name, value)
         if self.kind == OPTIONAL_PATH and value is not None and not isinstance(value, Path):
             raise ConfigError(f"{name} must be a path, not {value!r}")
 
@@ -300,6 +305,34 @@ def _check_principal_map(name: str, value: Any) -> None:
                 any(unicodedata.category(c).startswith("C") or c in "/:" for c in user):
             raise ConfigError(f"{name} must map {principal!r} to an OS user name, "
                               f"not {user!r}")
+
+
+def _check_addresses(name: str, value: Any) -> None:
+    if not isinstance(value, tuple) or not value:
+        raise ConfigError(f"{name} must list host:port addresses, not {value!r}")
+    for entry in value:
+        host, _, port = str(entry).rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"{name} must list host:port addresses (ZooKeeper's "
+                              f"client port, 2181 by default), not {entry!r}")
+
+
+def _check_zookeeper_root(name: str, value: Any) -> None:
+    if not isinstance(value, str) or not value.startswith("/") or "//" in value \
+            or (value != "/" and value.endswith("/")):
+        raise ConfigError(f"{name} must be an absolute ZooKeeper path such as "
+                          f"/nimbus-thrift, not {value!r}")
+
+
+def _check_ha(config: NimbusConfig) -> None:
+    """HA mode needs the directory every nimbus shares."""
+    if config.zookeeper_servers and config.shared_dir is None:
+        raise ConfigError("zookeeper_servers is set but shared_dir is not: in HA mode "
+                          "every nimbus reads the topologies' code, work directories and "
+                          "blobs from one directory mounted at the same path on each")
+    if config.shared_dir is not None and config.shared_dir == config.data_dir:
+        raise ConfigError("shared_dir must not be data_dir: each nimbus keeps its own "
+                          "copy of the state in data_dir")
 
 
 def _check_tls(config: NimbusConfig) -> None:
@@ -593,10 +626,39 @@ class NimbusConfig:
         doc="With run_as_user, the OS user each certificate principal's topologies run as.",
         details="A YAML mapping; CN=user pairs, comma-separated, in the environment.")
 
+    zookeeper_servers: tuple[str, ...] | None = setting(
+        None, section=HA, default_text="none: one nimbus, state in data_dir alone",
+        doc="ZooKeeper servers (host:port) of the ensemble the nimbuses elect a leader "
+            "on and keep their state in; set, the daemon runs in HA mode.",
+        details="A YAML list; comma-separated in the environment. Storm's "
+                "storm.zookeeper.servers. Needs shared_dir. See "
+                "[operations.md](operations.md#high-availability).")
+    zookeeper_root: str = setting(
+        "/nimbus-thrift", section=HA, check=_check_zookeeper_root,
+        doc="The ZooKeeper path under which one cluster of nimbuses keeps its nodes.")
+    zookeeper_session_timeout: float = setting(
+        10.0, section=HA,
+        doc="How long a nimbus that ZooKeeper stops hearing from keeps its leadership: "
+            "the bulk of a failover's time.",
+        details="Storm's storm.zookeeper.session.timeout is 20 s.")
+    shared_dir: Path | None = setting(
+        None, section=HA, default_text="none",
+        doc="HA mode: the directory of the topologies' code and work directories and of "
+            "the blobs, mounted at the same path on every nimbus (NFS, a mounted "
+            "object store).",
+        details="data_dir keeps each nimbus's own copy of the state, its lock and socket.")
+
     def __post_init__(self) -> None:
         for name, declared in SETTINGS.items():
             declared.validate(getattr(self, name))
         _check_tls(self)
+        _check_ha(self)
+
+    @property
+    def files_dir(self) -> Path:
+        """Where uploads, the topologies' work directories and the blobs live: the
+        shared_dir in HA mode, else the data_dir."""
+        return self.shared_dir if self.shared_dir is not None else self.data_dir
 
     def unix_socket_path(self) -> Path | None:
         """Where the daemon's Unix socket is (None: turned off)."""

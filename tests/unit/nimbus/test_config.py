@@ -111,7 +111,7 @@ def test_frozen() -> None:
 #: state, the keys and the socket are; what is run) and lists of principals.
 PRIVATE = {"data_dir", "tls_cert_file", "tls_key_file", "tls_client_ca_file",
            "unix_socket", "spark_cache_dir", "spark_submit", "admins", "users",
-           "principal_users"}
+           "principal_users", "shared_dir", "zookeeper_servers"}
 
 
 def test_to_public() -> None:
@@ -595,3 +595,36 @@ def test_server_context_refusals_are_sentences(pki: Path, tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match=f"^cannot load tls_client_ca_file '{garbage}': "):
         server_ssl_context(config(tls_cert_file=cert, tls_key_file=key,
                                   tls_client_ca_file=str(garbage)))
+
+
+# --- HA mode ------------------------------------------------------------------------------
+
+def test_ha_settings_from_a_yaml_list_and_the_environment(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    from_file = config(yaml_file(tmp_path, f"zookeeper_servers: [a:2181, 'b:2182']\n"
+                                           f"shared_dir: {shared}\n"))
+    assert from_file.zookeeper_servers == ("a:2181", "b:2182")
+    assert from_file.files_dir == shared and from_file.zookeeper_root == "/nimbus-thrift"
+    from_env = load_config(None, {"NIMBUS_THRIFT_ZOOKEEPER_SERVERS": "a:2181, [::1]:2181",
+                                  "NIMBUS_THRIFT_SHARED_DIR": str(shared)}, {})
+    assert from_env.zookeeper_servers == ("a:2181", "[::1]:2181")
+    assert NimbusConfig().zookeeper_servers is None
+    assert NimbusConfig().files_dir == NimbusConfig().data_dir
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"NIMBUS_THRIFT_ZOOKEEPER_SERVERS": "a:2181"}, "shared_dir is not"),
+    ({"NIMBUS_THRIFT_ZOOKEEPER_SERVERS": "zk-without-port"}, "host:port"),
+    ({"NIMBUS_THRIFT_ZOOKEEPER_SERVERS": "a:99999"}, "host:port"),
+    ({"NIMBUS_THRIFT_ZOOKEEPER_ROOT": "nimbus"}, "absolute ZooKeeper path"),
+    ({"NIMBUS_THRIFT_ZOOKEEPER_ROOT": "/a//b"}, "absolute ZooKeeper path"),
+])
+def test_ha_settings_refused_with_a_sentence(env: dict[str, str], says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        load_config(None, env, {})
+
+
+def test_shared_dir_is_not_the_data_dir(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="shared_dir must not be data_dir"):
+        load_config(None, {"NIMBUS_THRIFT_DATA_DIR": str(tmp_path),
+                           "NIMBUS_THRIFT_SHARED_DIR": str(tmp_path)}, {})
