@@ -15,6 +15,7 @@ Tables::
     uploads     code uploads: 'open' (chunks arriving) or 'complete' (checksummed)
     blobs       the blob store's keys: the current version's file, size, checksum, ACL
     blob_uploads  blob uploads in progress (creates and updates of a key)
+    blob_owners the principal that created each key (blobs per principal)
 
 Writes go through one connection, serialised by a lock: every statement takes
 microseconds, and the RPC workers would only queue on SQLite's own lock otherwise. The
@@ -122,6 +123,8 @@ CREATE TABLE IF NOT EXISTS blob_uploads (
     touched_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS blob_uploads_by_key ON blob_uploads(key);
+CREATE TABLE IF NOT EXISTS blob_owners (key TEXT PRIMARY KEY, owner TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS blob_owners_by_owner ON blob_owners(owner);
 """
 
 #: Errors kept per topology: the newest, so a crash loop cannot grow the database.
@@ -158,6 +161,9 @@ class Store:
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open the state database {path}: {exc}") from None
         try:
+            # Pages freed by deletes go back to the file system (vacuum): before any
+            # table, or for a database made before, with one VACUUM below.
+            self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
             mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             # The commit's fsync is _sync's, outside the lock (see the module docstring);
             # checkpoints still sync the WAL and the database file themselves. A file
@@ -200,6 +206,8 @@ class Store:
                 elif int(row[0]) > SCHEMA_VERSION:
                     raise StoreError(f"{path} has schema version {row[0]}, newer than this "
                                      f"nimbus-thrift understands ({SCHEMA_VERSION})")
+            if self._db.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:   # INCREMENTAL
+                self._db.execute("VACUUM")
         except BaseException:
             # The caller never gets the object to close: do not leave the file open.
             self._db.close()
@@ -615,7 +623,18 @@ class Store:
         self._run("UPDATE blobs SET acl=? WHERE key=?", (acl, key))
 
     def delete_blob(self, key: str) -> None:
-        self._run("DELETE FROM blobs WHERE key=?", (key,))
+        with self.transaction():
+            self._run("DELETE FROM blobs WHERE key=?", (key,))
+            self._run("DELETE FROM blob_owners WHERE key=?", (key,))
+
+    def set_blob_owner(self, key: str, owner: str) -> None:
+        self._run("INSERT OR REPLACE INTO blob_owners VALUES (?,?)", (key, owner))
+
+    def blobs_of(self, owner: str) -> int:
+        """The keys ``owner`` created, and its creates in progress."""
+        return int(self._query(
+            "SELECT (SELECT COUNT(*) FROM blob_owners WHERE owner=?) + (SELECT COUNT(*) "
+            "FROM blob_uploads WHERE owner=? AND kind='create')", (owner, owner))[0][0])
 
     def insert_blob_upload(self, up: BlobUpload) -> None:
         self._run("INSERT INTO blob_uploads VALUES (?,?,?,?,?,?,?,?)",
@@ -644,12 +663,22 @@ class Store:
         self._run("DELETE FROM blob_uploads WHERE id=?", (upload_id,))
 
     def stored_bytes(self) -> int:
-        """What the inbox quota counts: uploads, blobs and blob uploads (acknowledged)."""
+        """What the inbox quota counts: uploads, blobs and blob uploads (acknowledged),
+        and each blob row's key and ACL in UTF-8 bytes (blobs.acl.meta_bytes)."""
+        meta = "LENGTH(CAST(key AS BLOB)) + COALESCE(LENGTH(CAST(acl AS BLOB)), 0)"
         rows = self._query(
             "SELECT (SELECT COALESCE(SUM(bytes), 0) FROM uploads) + "
-            "(SELECT COALESCE(SUM(bytes), 0) FROM blobs) + "
-            "(SELECT COALESCE(SUM(bytes), 0) FROM blob_uploads)")
+            f"(SELECT COALESCE(SUM(bytes + {meta}), 0) FROM blobs) + "
+            f"(SELECT COALESCE(SUM(bytes + {meta}), 0) FROM blob_uploads)")
         return int(rows[0][0])
+
+    def vacuum(self, pages: int) -> int:
+        """Give up to ``pages`` free pages back to the file system; the free left.
+        (execute() would free one page: the pragma runs a step per page.)"""
+        with self._lock:
+            if not self._depth:             # executescript commits a transaction first
+                self._db.executescript(f"PRAGMA incremental_vacuum({int(pages)});")
+            return int(self._db.execute("PRAGMA freelist_count").fetchone()[0])
 
 
 def _action(row: Any) -> Action:

@@ -215,7 +215,8 @@ def test_blob_rows_and_the_bytes_the_quota_counts(store: Store) -> None:
     store.put_blob(dataclasses.replace(blob, key="j", file="f0"))
     up = BlobUpload("s1", "new", "create", "[]", 11, "alice", 1.0, 1.0)
     store.insert_blob_upload(up)
-    assert store.stored_bytes() == 5 + 7 + 7 + 11
+    # Blob rows count their key and ACL too (UTF-8 bytes): 'k', 'j', 'new' and '[]'.
+    assert store.stored_bytes() == 5 + (7 + 1 + 2) * 2 + (11 + 3 + 2)
     assert store.blob("k") == blob and store.blob("nope") is None
     assert [b.key for b in store.blobs()] == ["j", "k"]
     assert store.blob_keys(None, 1) == ["j"] and store.blob_keys("j", 10) == ["k"]
@@ -229,7 +230,7 @@ def test_blob_rows_and_the_bytes_the_quota_counts(store: Store) -> None:
     store.delete_blob("k")
     store.delete_blob_upload("s1")
     assert store.blob("k") is None and store.blob_uploads() == []
-    assert store.stored_bytes() == 5 + 7
+    assert store.stored_bytes() == 5 + 7 + 1 + 2
 
 
 def test_blob_tables_are_added_to_an_older_database(db_path: Path) -> None:
