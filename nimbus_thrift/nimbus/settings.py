@@ -17,9 +17,7 @@ tests/unit/test_settings_agree.py checks that they agree.
 from __future__ import annotations
 
 import dataclasses
-import os
 import typing
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +30,10 @@ from ..rpc.options import (DEFAULT_DECODED_SIZE_FACTOR, DEFAULT_FIRST_REQUEST_TI
                            DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
                            DEFAULT_MAX_CONNECTIONS, DEFAULT_MIN_FRAME_RATE,
                            DEFAULT_PARK_TIMEOUT, DEFAULT_WRITE_TIMEOUT)
+from .setting_checks import (MAX_UNIX_SOCKET_PATH_BYTES, ConfigError, _check_addresses,
+                             _check_cache_dir, _check_ha, _check_principal_map,
+                             _check_principals, _check_tls, _check_unix_socket,
+                             _check_url, _check_zookeeper_root)
 
 
 #: RPC workers, fewer than Storm's nimbus.thrift.threads (64, the server library's
@@ -93,6 +95,9 @@ DEFAULT_MAX_DOWNLOADS_PER_PEER = 64
 #: Bytes of uploads in the inbox, open (acknowledged bytes) and complete together:
 #: 16 uploads of the largest size (max_upload_bytes); topology code is usually KBs.
 DEFAULT_MAX_INBOX_BYTES = 16 * DEFAULT_MAX_UPLOAD_BYTES
+#: Blob keys one principal may create (in progress too): Storm's deployments keep tens
+#: of blobs per team; each row and its ACL count in max_inbox_bytes as well.
+DEFAULT_MAX_BLOBS_PER_PRINCIPAL = 1000
 #: Free space a chunk must leave on the inbox's file system: room for SQLite to commit
 #: and checkpoint its WAL and for the logs, so a full inbox cannot stop the daemon
 #: recording state.
@@ -118,19 +123,12 @@ DEFAULT_MAX_TOPOLOGIES = 10_000
 #: outcome then shows in the topology's status): a spark-submit spawns in well under
 #: a second, a stop may take stop_grace_secs + 5 s.
 DEFAULT_LAUNCHER_REPLY_WAIT_SECS = 1.0
-#: Bytes of a Unix socket's path, the terminating NUL excluded: sun_path is 108 bytes
-#: on Linux, and bind() refuses a longer path.
-MAX_UNIX_SOCKET_PATH_BYTES = 107
 #: Storm's ui.port: the HTTP side's default port (also Spark's standalone master UI's:
 #: set ui_port when both run on one machine).
 DEFAULT_UI_PORT = 8080
 #: ui_port's "any free port" (0 is "off", as a port of 0 cannot be asked for).
 UI_PORT_ANY = -1
 
-
-
-class ConfigError(ValueError):
-    """A configuration value is unusable; the message names the key and its source."""
 
 
 #: The sections of docs/configuration.md, in its order.
@@ -260,102 +258,6 @@ def setting(default: Any = dataclasses.MISSING, *, doc: str, section: str,
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
-
-
-def _check_url(name: str, value: str) -> None:
-    if value and not value.startswith(("http://", "https://")):
-        raise ConfigError(f"{name} must be an http:// or https:// URL, not {value!r}")
-
-
-def _check_cache_dir(name: str, value: str) -> None:
-    if value not in ("", "off") and not Path(value).expanduser().is_absolute():
-        raise ConfigError(f"{name} must be an absolute path, empty or off, not {value!r}")
-
-
-def _check_unix_socket(name: str, value: Any) -> None:
-    if value is None:
-        return
-    if not isinstance(value, str):
-        raise ConfigError(f"{name} must be a path, or empty to turn it off, not {value!r}")
-    size = len(os.fsencode(value))
-    if size > MAX_UNIX_SOCKET_PATH_BYTES:
-        raise ConfigError(f"{name} {value!r} is {size} bytes long; a Unix socket path "
-                          f"may have at most {MAX_UNIX_SOCKET_PATH_BYTES}")
-
-
-def _check_principals(name: str, value: Any) -> None:
-    if not isinstance(value, tuple):
-        raise ConfigError(f"{name} must be a list of principals, not {value!r}")
-    for principal in value:
-        # Names are compared as they are: padding or a control character is a mistake
-        # (a copied line end) that would never match a certificate's CN or a user.
-        if not isinstance(principal, str) or not principal or principal != principal.strip() \
-                or any(unicodedata.category(c).startswith("C") for c in principal):
-            raise ConfigError(f"{name} must list principal names (non-empty, without "
-                              f"surrounding spaces or control characters), not {principal!r}")
-
-
-def _check_principal_map(name: str, value: Any) -> None:
-    if not isinstance(value, tuple) or not all(
-            isinstance(pair, tuple) and len(pair) == 2 for pair in value):
-        raise ConfigError(f"{name} must map principals to OS user names, not {value!r}")
-    _check_principals(name, tuple(principal for principal, _ in value))
-    for principal, user in value:
-        if not isinstance(user, str) or not user or user != user.strip() or \
-                any(unicodedata.category(c).startswith("C") or c in "/:" for c in user):
-            raise ConfigError(f"{name} must map {principal!r} to an OS user name, "
-                              f"not {user!r}")
-
-
-def _check_addresses(name: str, value: Any) -> None:
-    if not isinstance(value, tuple) or not value:
-        raise ConfigError(f"{name} must list host:port addresses, not {value!r}")
-    for entry in value:
-        host, _, port = str(entry).rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"{name} must list host:port addresses (ZooKeeper's "
-                              f"client port, 2181 by default), not {entry!r}")
-
-
-def _check_zookeeper_root(name: str, value: Any) -> None:
-    if not isinstance(value, str) or not value.startswith("/") or "//" in value \
-            or (value != "/" and value.endswith("/")):
-        raise ConfigError(f"{name} must be an absolute ZooKeeper path such as "
-                          f"/nimbus-thrift, not {value!r}")
-
-
-def _check_ha(config: NimbusConfig) -> None:
-    """HA mode needs the directory every nimbus shares."""
-    if config.zookeeper_servers and config.shared_dir is None:
-        raise ConfigError("zookeeper_servers is set but shared_dir is not: in HA mode "
-                          "every nimbus reads the topologies' code, work directories and "
-                          "blobs from one directory mounted at the same path on each")
-    if config.shared_dir is not None and config.shared_dir == config.data_dir:
-        raise ConfigError("shared_dir must not be data_dir: each nimbus keeps its own "
-                          "copy of the state in data_dir")
-
-
-def _check_tls(config: NimbusConfig) -> None:
-    """The TLS files go together and must be readable files."""
-    cert, key, ca = config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file
-    if (cert is None) != (key is None):
-        given, missing = ("tls_cert_file", "tls_key_file") if cert is not None \
-            else ("tls_key_file", "tls_cert_file")
-        raise ConfigError(f"{given} is set but {missing} is not: the daemon's certificate "
-                          "and its private key go together")
-    if ca is not None and cert is None:
-        raise ConfigError("tls_client_ca_file needs tls_cert_file and tls_key_file as well: "
-                          "clients check the daemon's certificate before they show theirs")
-    for name, path in (("tls_cert_file", cert), ("tls_key_file", key),
-                       ("tls_client_ca_file", ca)):
-        if path is None:
-            continue
-        try:
-            with open(path, "rb") as f:     # what the daemon's user can read, root or not
-                f.read(1)
-        except OSError as exc:
-            raise ConfigError(f"{name} {str(path)!r} cannot be read: "
-                              f"{exc.strerror or exc}") from None
 
 
 _SEE_LIMITS = "See [Limits](../README.md#limits)."
@@ -514,6 +416,11 @@ class NimbusConfig:
         DEFAULT_MAX_INBOX_BYTES, minimum=1, unit="bytes", section=LIMITS,
         doc="Bytes all uploads in the inbox may hold, in progress and complete together.",
         details="Code uploads and blobs together. " + _SEE_LIMITS)
+    max_blobs_per_principal: int = setting(
+        DEFAULT_MAX_BLOBS_PER_PRINCIPAL, minimum=1, section=LIMITS,
+        doc="Blob keys one principal may have created (creates in progress count).",
+        details="Every principal, admins too; the daemon's own are not counted. A "
+                "blob's key and ACL also count in max_inbox_bytes. " + _SEE_LIMITS)
     min_free_disk_bytes: int = setting(
         DEFAULT_MIN_FREE_DISK_BYTES, minimum=0, unit="bytes", section=LIMITS,
         doc="A chunk is refused when storing it would leave less free disk than this.",

@@ -62,7 +62,8 @@ _BASE = {"nimbus_thrift.rpc", "nimbus_thrift.topology", "nimbus_thrift.idl",
          "nimbus_thrift.runner.spec", "nimbus_thrift.runner.rundir", ROOT}
 _N = "nimbus_thrift.nimbus."
 #: The settings, what a launcher is, and what admission counts: below every room.
-_FOUNDATION = {_N + "config", _N + "settings", _N + "launcher", _N + "admission"}
+_FOUNDATION = {_N + "config", _N + "settings", _N + "setting_checks", _N + "launcher",
+               _N + "admission"}
 for _module in _FOUNDATION:
     ALLOWED[_module] = _BASE | _FOUNDATION
 #: Who may do what, and as which OS user: knows no state, no calls.

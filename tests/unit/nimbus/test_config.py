@@ -486,8 +486,8 @@ def test_tls_files_must_be_readable(pki: Path, tmp_path: Path,
                                           "Is a directory"):
         config(tls_cert_file=str(tmp_path), tls_key_file=str(key))
     # chmod 0 does not stop root, which these tests may run as: fail the open instead
-    # (in the registry's module, whose NimbusConfig checks the files).
-    from nimbus_thrift.nimbus import settings as settings_module
+    # (in the module of the registry's checks, which reads the files).
+    from nimbus_thrift.nimbus import setting_checks as settings_module
     real_open = open
 
     def denied(path: Any, *args: Any, **kwargs: Any) -> Any:
