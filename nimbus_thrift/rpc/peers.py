@@ -1,9 +1,12 @@
 """What the server counts per client address (the host part of the peer): its open
-connections, for max_connections_per_peer; and its requests in the worker pool, for
-the pool's fair lane. The declared bytes of frames being read or handled, for
-max_read_buffer_bytes_per_peer (one party cannot fill the read budget with frames it
-never finishes, and starve everyone else's small calls), are counted per group of
-addresses one party can hold (:func:`read_group`; memory.ReadGroup keeps the count).
+connections, for max_connections_per_peer; the declared bytes of its small frames
+being read or handled, for max_read_buffer_bytes_per_peer (one party cannot fill the
+read budget with frames it never finishes, and starve everyone else's small calls);
+and its requests in the worker pool, for the pool's fair lane. Large frames' declared
+bytes (over memory.SMALL_FRAME) count against the same share per group of addresses
+one party can hold (:func:`read_group`; memory.ReadGroup keeps that count): five
+addresses of one /24 get one share of large frames, and a neighbour's large frames
+never refuse an address's small call.
 
 Why the second count: the pool's queue is first come, first served, so a client that
 sends a thousand requests at once (over a thousand connections) would make every other
@@ -18,9 +21,10 @@ The third: which connection to close to make room (:func:`eviction_choice`). A s
 at max_connections, or an address at its share, closes an idle connection instead of
 refusing the new one: otherwise whoever opened connections first and keeps them silent
 (the idle-connection attack: 1,010 from one address) holds the server shut until
-idle_timeout, and a client that comes back is refused. The victim is the idle
-connection whose last bytes are oldest, taken from the address holding the most
-connections, so a light client's connections are the last to go.
+idle_timeout, and a client that comes back is refused. The victim is an idle
+connection that never completed a request, the one quiet longest (else any idle one),
+taken from the address holding the most connections, so a light client's connections
+and those that have called are the last to go.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ class PeerShare:
     def __init__(self) -> None:
         self.connections = 0      # open connections from this address
         self.busy = 0             # its requests queued or running in the pool
-        self.declared = 0         # declared lengths of its frames read or being handled
+        self.declared = 0         # declared lengths of its small frames read or handled
         #: Its open connections' channels by descriptor, for :func:`eviction_choice`
         #: (the selector's table holds the same; kept by rpc/lifetime.py).
         self.channels: dict[int, Any] = {}
@@ -66,17 +70,23 @@ def idle(conn: Any) -> bool:
 
 
 def oldest_idle(channels: Iterable[Any]) -> Any | None:
-    """The channel among ``channels`` whose connection is :func:`idle` and has been
-    quiet longest (its ``last_activity`` is oldest), or None if none is idle. A client
-    between calls is active again at its next call, so its connection is younger than
-    one that never sent a byte."""
+    """The channel among ``channels`` to close first, or None if none is :func:`idle`:
+    among idle connections that have not completed a request yet (``fresh``), the one
+    quiet longest (oldest ``last_activity``); only with none of those, the idle one
+    quiet longest. A client that has called is what a server is for; a connection that
+    never asked anything may be a flood, and a real client whose fresh connection goes
+    reconnects. Without the first rule, a flood of new connections from the address a
+    good client shares (loopback, or one user under identify_local_peers) made each of
+    them younger than the client's pause between calls, and its connection went."""
     best = None
-    best_time = 0.0
+    best_key = (True, 0.0)
     for ch in channels:
         conn = ch.conn
-        if idle(conn) and (best is None or conn.last_activity < best_time):
-            best = ch
-            best_time = conn.last_activity
+        if idle(conn):
+            key = (not conn.fresh, conn.last_activity)
+            if best is None or key < best_key:
+                best = ch
+                best_key = key
     return best
 
 

@@ -72,10 +72,11 @@ class Ch:
 
 
 def channel(peer: str, last: float, state: State = State.READING_HEADER,
-            hdr: bytes = b"") -> Ch:
+            hdr: bytes = b"", called: bool = False) -> Ch:
     conn = Connection(peer, MemoryBudget(1 << 20), 1 << 16, now=last)
     conn.state = state
     conn.hdr = hdr
+    conn.fresh = not called
     return Ch(conn)
 
 
@@ -104,6 +105,15 @@ def test_the_oldest_idle_connection_goes_not_the_oldest_opened() -> None:
     assert oldest_idle([active, calling, quiet]) is quiet
     assert oldest_idle([calling]) is None
     assert oldest_idle([]) is None
+
+
+def test_a_connection_that_never_called_goes_before_one_that_has() -> None:
+    client = channel("a", 1.0, called=True)          # quiet longest, but it has called
+    flood = [channel("a", 5.0 + i) for i in range(3)]
+    assert oldest_idle([client] + flood) is flood[0]
+    # With none fresh left, the one quiet longest.
+    later = channel("a", 9.0, called=True)
+    assert oldest_idle([later, client]) is client
 
 
 def test_room_is_taken_from_the_address_holding_the_most() -> None:
