@@ -106,8 +106,8 @@ _PROCESSING = S.PROCESSING
 _CLOSED = S.CLOSED
 _FRAME_COMPLETE = E.FRAME_COMPLETE
 
-#: A connection's read group before its first frame (see Connection._group): never
-#: counted in, it only stands for "not joined yet".
+#: A connection's read group before its first large frame (see Connection._group):
+#: never counted in, it only stands for "not joined yet".
 _UNJOINED = ReadGroup("")
 
 
@@ -151,7 +151,7 @@ class Connection:
                  "frame_started", "write_started", "refusal", "refused_call", "closing",
                  "host", "opened_at", "fresh", "parked_at", "outq_checked", "share",
                  "declared", "principal", "form", "scan", "unframed_compact", "group",
-                 "large_held")
+                 "tally", "large_held")
 
     def __init__(self, peer: str, budget: MemoryBudget, max_frame_size: int,
                  now: float = 0.0) -> None:
@@ -177,10 +177,14 @@ class Connection:
         self.outq_checked = 0.0        # last_activity when the send queue was last checked
         self.host = peer               # what per-peer limits count (the peer's address)
         self.share = PeerShare()       # the counts of ``host`` (the selector's, once accepted)
-        self.declared = 0              # the current frame's length, as counted in ``group``
-        # The read group of ``host`` (peers.read_group), whose frames' declared lengths
-        # the per-peer share limits; joined at the first frame, left at close.
+        self.declared = 0              # the current frame's length, as counted in ``tally``
+        # The read group of ``host`` (peers.read_group): its large frames' declared
+        # lengths are what the per-peer share limits; joined at the first, left at close.
         self.group = _UNJOINED
+        # Where the current frame's length is counted: ``share`` for a small frame (the
+        # address's own count: a neighbour's large frames never refuse a small call),
+        # ``group`` for a large one and for an unframed message read over several reads.
+        self.tally: PeerShare | ReadGroup = self.share
         # Of ``held``, the bytes the budget counts as a large frame's (memory.py).
         self.large_held = 0
         self.principal: str | None = None   # who the transport says the client is
@@ -237,7 +241,7 @@ class Connection:
                 # and what it may grow to counts as declared for the peer's share.
                 grown = min(grown, self.scan.limit + 1)
                 self.size = grown
-                self.group.declared += grown - cap
+                self.tally.declared += grown - cap
                 self.declared += grown - cap
             size = self.size
             if grown > size:
@@ -270,14 +274,14 @@ class Connection:
         if self.hdr or self.state is not _READING_HEADER or self.form is not FRAMED_BINARY:
             return None
         size = len(body)
-        group = self.group
-        if group is _UNJOINED:
-            group = self._group()
+        share = self.share
         budget = self.budget
         if size > self.max_frame_size or size > budget.capacity or \
-                group.declared + size > budget.peer_share:
+                share.declared + size > budget.peer_share:
             return None
-        group.declared += size
+        # (At most a scratch read: a small frame, counted in the address's share.)
+        self.tally = share
+        share.declared += size
         self.declared = size
         budget.force_reserve(size)
         self.held += size
@@ -299,20 +303,19 @@ class Connection:
         if compact is None or self.state is not _READING_HEADER or _scan_message is None:
             return None
         size = len(data)
-        group = self.group
-        if group is _UNJOINED:
-            group = self._group()
+        share = self.share
         budget = self.budget
         # (message_limit(), inlined.)
         limit = self.max_frame_size if self.max_frame_size < budget.capacity \
             else budget.capacity
-        if group.declared + size > budget.peer_share or \
+        if share.declared + size > budget.peer_share or \
                 _scan_message(data, compact, limit) != size:
             return None
         # Fits: the selector read no more than header_read_limit() (as in received()).
         budget.force_reserve(size)
         self.held += size
-        group.declared += size
+        self.tally = share
+        share.declared += size
         self.declared = size
         self.frame = Message(bytes(data), self.form)  # type: ignore[assignment,arg-type]
         self.size = self.pos = size
@@ -332,8 +335,6 @@ class Connection:
         holds the error), or None when the length prefix is still incomplete.
         """
         view = memoryview(data)
-        if self.group is _UNJOINED:
-            self._group()
         if self.scan is not None or (self.form is not None
                                      and self.form.transport == "unframed"):
             return self._received_unframed(view, reserved)
@@ -362,6 +363,7 @@ class Connection:
                 self.held += 4
                 return self._start_unframed(prefix + bytes(body))
         size = _LENGTH.unpack(prefix)[0]
+        self.tally = self._group() if size > SMALL_FRAME else self.share
         error = self._check_size(size, prefix)
         if error is not None:
             self.refusal = error
@@ -372,7 +374,7 @@ class Connection:
             self.advance(Event.REFUSED)
             return Event.REFUSED
         self.size = size
-        self.group.declared += size
+        self.tally.declared += size
         self.declared = size
         have = len(body)
         if have >= size:
@@ -413,7 +415,7 @@ class Connection:
             return FrameSizeError(size, self.budget.capacity,
                                   "the server's whole read-buffer budget "
                                   "(max_read_buffer_bytes)")
-        in_use = self.group.declared
+        in_use = self.tally.declared
         if in_use + size > self.budget.peer_share:
             return PeerShareError(size, self.budget.peer_share, in_use)
         return None
@@ -478,15 +480,16 @@ class Connection:
             # The common case, a whole small call in one read: C finds its end, or says
             # -1 and the Scanner (which decides, and explains refusals) takes over.
             end = _scan_message(data, form.protocol == "compact", limit)
-            group = self.group
-            if end > 0 and group.declared + end <= self.budget.peer_share:
+            share = self.share
+            if end > 0 and share.declared + end <= self.budget.peer_share:
                 if end < len(data):
                     self.frame = Message(data[:end], form)  # type: ignore[assignment]
                     self.leftover = data[end:]
                 else:
                     self.frame = Message(data, form)  # type: ignore[assignment]
                 self.size = self.pos = end
-                group.declared += end
+                self.tally = share
+                share.declared += end
                 self.declared = end
                 if self.state is _READING_HEADER:
                     # FRAME_ADMITTED then FRAME_COMPLETE in one step, as in whole_frame().
@@ -498,7 +501,9 @@ class Connection:
         self.scan = Scanner(form.protocol, limit)
         self.frame = bytearray(data)
         self.pos = self.size = len(data)
-        self.group.declared += len(data)
+        # Read over several reads, it may grow large: counted in the group.
+        self.tally = self._group()
+        self.tally.declared += len(data)
         self.declared = len(data)
         self.advance(Event.FRAME_ADMITTED)
         return Event.FRAME_COMPLETE if self._scanned() else Event.FRAME_ADMITTED
@@ -515,9 +520,9 @@ class Connection:
             self._fail_unframed(exc)
             return True
         if end is None:
-            if self.group.declared > self.budget.peer_share:
+            if self.tally.declared > self.budget.peer_share:
                 self._fail_unframed(PeerShareError(self.declared, self.budget.peer_share,
-                                                   self.group.declared - self.declared))
+                                                   self.tally.declared - self.declared))
                 return True
             return False
         form = self.form
@@ -532,7 +537,7 @@ class Connection:
         del frame[end:]
         self.frame = Message(frame, form)    # type: ignore[assignment]
         self.size = self.pos = end
-        self.group.declared += end - self.declared
+        self.tally.declared += end - self.declared
         self.declared = end
         self.scan = None
         self.advance(Event.FRAME_COMPLETE)
@@ -552,7 +557,7 @@ class Connection:
         self.leftover = b""
         self.size = self.pos = 0
         if self.declared:
-            self.group.declared -= self.declared
+            self.tally.declared -= self.declared
             self.declared = 0
         self.scan = None
         self.closing = True
@@ -580,7 +585,7 @@ class Connection:
         self.size = 0
         self.pos = 0
         if self.declared:
-            self.group.declared -= self.declared
+            self.tally.declared -= self.declared
             self.declared = 0
 
     def answered(self) -> None:
@@ -602,7 +607,7 @@ class Connection:
         self.pos = 0
         declared = self.declared
         if declared:
-            self.group.declared -= declared
+            self.tally.declared -= declared
             self.declared = 0
         self.state = _ANSWERED
 
@@ -618,7 +623,7 @@ class Connection:
         self.need = 0
         self.scan = None
         if self.declared:
-            self.group.declared -= self.declared
+            self.tally.declared -= self.declared
             self.declared = 0
         if self.group is not _UNJOINED:
             self.budget.leave_group(self.group)
@@ -639,8 +644,10 @@ class Connection:
             self.large_held = 0
 
     def _group(self) -> ReadGroup:
-        """Join the read group of :attr:`host` (once, before the first frame counts)."""
-        group = self.group = self.budget.join_group(self.host)
+        """The read group of :attr:`host`, joined at the first large frame."""
+        group = self.group
+        if group is _UNJOINED:
+            group = self.group = self.budget.join_group(self.host)
         return group
 
     def refuse_parked(self, error: Exception) -> None:
@@ -665,7 +672,7 @@ class Connection:
         self._release_large()
         self._give_back(self.held)
         if self.declared:
-            self.group.declared -= self.declared
+            self.tally.declared -= self.declared
             self.declared = 0
         self.advance(Event.REFUSED)
 

@@ -37,6 +37,10 @@ first): it only applies when every reserved byte belongs to a parked frame, so a
 one frame is over the budget at a time. A large frame larger than the large room is
 admitted when no other large frame holds memory (else it could never be).
 
+The per-peer share (``peer_share``) is checked by the connections: a small frame's
+length against its address's count (peers.PeerShare), a large frame's against its read
+group's (:class:`ReadGroup`, one per IPv4 /24, IPv6 /64 or local user: peers.read_group).
+
 Only the selector thread calls into this object, so it needs no lock; workers' releases
 reach it through the selector's completion queue.
 """
@@ -71,9 +75,9 @@ class Parkable(Protocol):
 
 
 class ReadGroup:
-    """The declared bytes of the frames of one group of client addresses (peers.py's
-    :func:`~.peers.read_group`), checked against the budget's ``peer_share``; shared by
-    the group's connections, forgotten when the last leaves."""
+    """The declared bytes of the large frames of one group of client addresses
+    (peers.py's :func:`~.peers.read_group`), checked against the budget's
+    ``peer_share``; shared by the group's connections, forgotten when the last leaves."""
 
     __slots__ = ("key", "declared", "members")
 

@@ -321,9 +321,9 @@ def test_whole_frame_takes_one_read_frame_as_received_would():
     for attr in ("state", "frame", "size", "pos", "held", "declared"):
         assert getattr(fast, attr) == getattr(general, attr), attr
     assert fast.budget.reserved == general.budget.reserved == len(msg)
-    assert fast.group.declared == general.group.declared == len(msg)
+    assert fast.share.declared == general.share.declared == len(msg)
     fast.answered()
-    assert fast.budget.reserved == 0 and fast.group.declared == 0
+    assert fast.budget.reserved == 0 and fast.share.declared == 0
     # A length prefix already begun, or a frame over a limit: not this path's.
     fast.hdr = b"\x00"
     assert fast.whole_frame(msg) is None

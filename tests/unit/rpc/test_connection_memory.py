@@ -13,6 +13,7 @@ from nimbus_thrift.rpc.deadlines import ParkTimeoutError
 from nimbus_thrift.rpc.errors import FrameSizeError, PeerShareError
 from nimbus_thrift.rpc.memory import MemoryBudget
 from nimbus_thrift.rpc.options import ServerOptions
+from nimbus_thrift.rpc.peers import PeerShare
 
 from support.connection_bytes import (assert_accounted, feed_frame_body, finish_request, frame,
                                       grow, length)
@@ -363,15 +364,14 @@ def test_park_timeout_refusal_releases_and_names_the_call() -> None:
 
 
 def test_an_address_declares_at_most_its_share_and_gets_it_back() -> None:
-    """max_read_buffer_bytes_per_peer: connections of one address (of one read group,
-    peers.read_group) share its count; a frame whose length would take the group past
-    it is refused at its length, and every way a frame ends (done, closed, refused
-    while parked) gives its length back."""
+    """max_read_buffer_bytes_per_peer: connections of one address share a PeerShare;
+    a frame whose length would take the address past it is refused at its length, and
+    every way a frame ends (done, closed, refused while parked) gives its length back."""
     budget = MemoryBudget(1000, peer_share=100)
+    share = PeerShare()
     a, b, c = (Connection(f"10.0.0.1:{i}", budget, 1000) for i in range(3))
     for conn in (a, b, c):
-        conn.host = "10.0.0.1"
-    share = budget.join_group("10.0.0.1")     # the group the three connections join
+        conn.share = share
     assert a.received(length(60) + b"x" * 10) is Event.FRAME_ADMITTED
     assert share.declared == 60
     assert b.received(length(50) + b"y") is Event.REFUSED
@@ -389,14 +389,15 @@ def test_an_address_declares_at_most_its_share_and_gets_it_back() -> None:
     assert share.declared == 0 and budget.reserved == 0
     # A frame refused while parked gives its length back as well.
     d = Connection("10.0.0.1:9", MemoryBudget(50, peer_share=50), 1000)
-    hog = Connection("10.0.1.2:1", d.budget, 1000)
+    d.share = share
+    hog = Connection("10.0.0.2:1", d.budget, 1000)
     assert hog.received(length(45) + b"h" * 45) is Event.FRAME_COMPLETE
     assert d.received(length(30) + b"p" * 4) is Event.FRAME_ADMITTED
     # Its 4-byte buffer is full; growing it does not fit beside the hog's 45: parked.
     assert d.frame_view() is None and d.state is State.AWAITING_MEMORY
-    assert d.group.declared == 30
+    assert share.declared == 30
     d.refuse_parked(ParkTimeoutError(30, 4, 1.0, 50))
-    assert d.group.declared == 0
+    assert share.declared == 0
 
 
 def test_peer_share_defaults_to_a_quarter_of_the_budget_but_one_frame_at_least() -> None:

@@ -159,19 +159,19 @@ def test_unframed_whole_message_fast_path_matches_received(demo: ModuleType, pro
     finish(conn)
     assert conn.form is form and conn.unframed_compact is (protocol == "compact")
     for declined in (second[:7], second + first[:3], second + first):
-        before = (conn.state, conn.held, budget.reserved, conn.group.declared, conn.frame)
+        before = (conn.state, conn.held, budget.reserved, conn.share.declared, conn.frame)
         assert conn.whole_message(memoryview(declined)) is None
-        assert (conn.state, conn.held, budget.reserved, conn.group.declared,
+        assert (conn.state, conn.held, budget.reserved, conn.share.declared,
                 conn.frame) == before
     assert conn.whole_message(memoryview(second)) is Event.FRAME_COMPLETE
     assert conn.state is State.PROCESSING and isinstance(conn.frame, Message)
     assert conn.frame.form is form and bytes(conn.frame.data) == second
-    assert conn.group.declared == conn.declared == conn.size == len(second)
+    assert conn.share.declared == conn.declared == conn.size == len(second)
     assert_accounted(conn)
     finish(conn)
-    assert budget.reserved == 0 and conn.group.declared == 0
+    assert budget.reserved == 0 and conn.share.declared == 0
     # Over the address's share of the budget: declined, for received() to refuse.
-    conn.group.declared = budget.peer_share - len(second) + 1
+    conn.share.declared = budget.peer_share - len(second) + 1
     assert conn.whole_message(memoryview(second)) is None
     conn.close()
 
@@ -204,7 +204,7 @@ def test_unframed_message_over_the_limit_is_refused_holding_nothing(demo: Module
     assert isinstance(message, Message) and isinstance(message.error, FrameSizeError)
     assert (message.name, message.seqid) == ("echo", 1)
     assert conn.closing and conn.held == 0 and budget.reserved == 0
-    assert conn.group.declared == 0
+    assert conn.share.declared == 0
     reply = conn.error_reply(message.name, message.seqid, str(message.error))
     assert reply[:4] == b"\x80\x01\x00\x03"             # unframed binary EXCEPTION
     conn.close()
@@ -250,7 +250,7 @@ def test_unframed_growth_past_the_peer_share_is_refused(demo: ModuleType) -> Non
     msg = echo_msg(demo, "binary", "c" * (3 * GROWTH_MIN))
     feed(conn, msg, step=4096)
     assert isinstance(conn.frame.error, PeerShareError)
-    assert budget.reserved == 0 and conn.group.declared == 0
+    assert budget.reserved == 0 and conn.share.declared == 0
 
 
 def test_a_connection_keeps_its_form(demo: ModuleType) -> None:

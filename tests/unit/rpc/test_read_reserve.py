@@ -195,6 +195,8 @@ def test_read_groups_are_what_one_party_can_hold(host: str, group: str) -> None:
 
 
 def test_addresses_of_one_group_share_one_peer_share_and_the_group_is_forgotten() -> None:
+    """Large frames count per read group: five loopback addresses get one share, not
+    five; small frames per address."""
     budget = MemoryBudget(CAPACITY, peer_share=2 * MIB)
     a = conn_of(budget, "127.0.0.2")
     b = conn_of(budget, "127.0.0.6")
@@ -203,8 +205,15 @@ def test_addresses_of_one_group_share_one_peer_share_and_the_group_is_forgotten(
     assert b.received(length(MIB) + b"b") is Event.FRAME_ADMITTED
     assert a.group is b.group and a.group.declared == 2 * MIB
     third = conn_of(budget, "127.0.0.5")
-    assert third.received(length(100) + b"c") is Event.REFUSED
+    assert third.received(length(MIB) + b"c") is Event.REFUSED
     assert isinstance(third.refusal, PeerShareError) and third.refusal.in_use == 2 * MIB
+    # A small call from the same /24 is counted in its own address's share, not the
+    # group's: a neighbour's large frames never refuse it.
+    good = conn_of(budget, "127.0.0.1")
+    good_call(good)
+    assert good.share.declared == 1000 and a.group.declared == 2 * MIB
+    good.answered()
+    good.close()
     # Another /24 has a share of its own.
     assert elsewhere.received(length(MIB) + b"e") is Event.FRAME_ADMITTED
     for conn in (a, b, third):
