@@ -215,17 +215,23 @@ class NoLeader(NimbusClientError):
 
 class LeaderChanged(NimbusClientError):
     """A state change (or an operation of several calls, such as an upload and its
-    submit) was refused for not being sent to the leader once more after the client
-    had already followed the leader once. Nothing of the refused call was carried
-    out; ``host``/``port`` are the nimbus that refused it, ``leader`` the
-    ``host:port`` it named (None: no leader is elected)."""
+    submit) was refused for not reaching the leader after the client had already
+    followed the leader once, or midway through an operation that cannot run twice
+    (an upload from a stream). Nothing of the refused call was carried out;
+    ``host``/``port`` are the nimbus that refused it, ``leader`` the ``host:port`` it
+    named (None: no leader is elected)."""
 
     def __init__(self, host: str, port: int, what: str, leader: str | None,
-                 followed: str) -> None:
+                 followed: str | None) -> None:
         self.what = what
         self.leader = leader
         named = f"names {leader} as the leader" if leader else "says no leader is elected"
-        super().__init__(f"{what} was refused twice for not reaching the leader: after "
-                         f"following the leader to {followed}, nimbus at "
-                         f"{format_address(host, port)} {named}; not retried again",
-                         host, port)
+        where = format_address(host, port)
+        if followed is None:
+            text = (f"{what} was refused midway for not reaching the leader: nimbus at "
+                    f"{where} {named}; not run again (what it sends is read only once)")
+        else:
+            text = (f"{what} was refused twice for not reaching the leader: after "
+                    f"following the leader to {followed}, nimbus at {where} {named}; "
+                    f"not retried again")
+        super().__init__(text, host, port)

@@ -243,7 +243,7 @@ class SeedRouter:
                 if not again or (refusal.leader is not None and followed is not None):
                     raise LeaderChanged(exc.host, exc.port, what,
                                         refusal.leader and seed_text(refusal.leader),
-                                        seed_text(followed or leader)) from None
+                                        followed and seed_text(followed)) from None
                 if refusal.leader is None:
                     # An election under way: asked again until the deadline (waiting
                     # for one is not following a leader that moved).
