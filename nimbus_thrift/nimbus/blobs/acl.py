@@ -26,6 +26,13 @@ MAX_KEY_BYTES = 255
 #: Entries of an ACL: Storm sets no limit; a few hundred principals is already a
 #: group's job. Bounds the row and the time a check takes.
 MAX_ACL_ENTRIES = 256
+#: Bytes of a principal's name in an ACL (UTF-8): Kerberos principals and certificate
+#: common names stay well under it (a CN is at most 64 characters).
+MAX_PRINCIPAL_BYTES = 256
+#: Bytes of an ACL as its row stores it (JSON): 100 entries of 100-byte names fit.
+#: Before, 255 entries of long names made a row of ~1 MB: 40 empty blobs grew the
+#: database by 45.6 MB (issue 27).
+MAX_ACL_BYTES = 16 << 10
 
 #: Storm's access bits (``BlobStoreAclHandler``).
 READ, WRITE, ADMIN = 0x1, 0x2, 0x4
@@ -107,11 +114,13 @@ def acl_to_json(acl: Iterable[Ace]) -> str:
 
 
 def check_acl(key: str, acl: list[Ace]) -> None:
-    """Storm's ``validateSettableACLs``: no user twice, and (ours) a bounded size.
+    """Storm's ``validateSettableACLs``: no user twice, and (ours) a bounded size:
+    entries, each name's bytes and the whole ACL's as stored.
 
     Raises:
         BadAcl: a user appears twice.
-        BlobError: too many entries, or bits outside READ|WRITE|ADMIN.
+        BlobError: too many entries, a name too long or not text, the ACL too large,
+            or bits outside READ|WRITE|ADMIN.
     """
     if len(acl) > MAX_ACL_ENTRIES:
         raise BlobError(f"the ACL of blob {key!r} has {len(acl)} entries, over the limit "
@@ -123,12 +132,33 @@ def check_acl(key: str, acl: list[Ace]) -> None:
             raise BlobError(f"access {entry.access} of {entry.text()!r} is not a "
                             f"combination of READ (1), WRITE (2) and ADMIN (4)")
         if entry.name:
+            try:
+                size = len(entry.name.encode("utf-8"))
+            except UnicodeEncodeError:
+                raise BlobError(f"the ACL of blob {key!r} names {entry.name[:40]!r}, "
+                                "which is not valid text (a lone surrogate)") from None
+            if size > MAX_PRINCIPAL_BYTES:
+                raise BlobError(f"the ACL of blob {key!r} names a principal of {size} "
+                                f"bytes ({entry.name[:40]!r}...), over the limit of "
+                                f"{MAX_PRINCIPAL_BYTES}")
             if entry.name in seen:
                 twice.append(entry.name)
             seen.add(entry.name)
     if twice:
         raise BadAcl(f"user {sorted(set(twice))} can't appear more than once in the ACLs "
                      f"for key [{key}]")
+    size = len(acl_to_json(acl).encode("utf-8"))
+    if size > MAX_ACL_BYTES:
+        raise BlobError(f"the ACL of blob {key!r} takes {size} bytes as stored, over the "
+                        f"limit of {MAX_ACL_BYTES} ({len(acl)} entries)")
+
+
+def meta_bytes(key: str, acl: str | None) -> int:
+    """What a blob's row (or a blob upload's) counts in the inbox quota besides its
+    file: its key and its ACL (JSON), in UTF-8 bytes, as ``Store.stored_bytes`` sums
+    them in SQL."""
+    return len(key.encode("utf-8", "surrogatepass")) + \
+        (len(acl.encode("utf-8", "surrogatepass")) if acl is not None else 0)
 
 
 def normalize_acl(acl: list[Ace], principal: str | None, mask: int) -> list[Ace]:

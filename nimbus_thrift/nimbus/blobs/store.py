@@ -30,7 +30,12 @@ acknowledged; files no row names are deleted. So a SIGKILL at any moment loses n
 acknowledged: a finished blob is its committed row and its fsynced file.
 
 Quota: blobs and blob uploads count in the inbox bytes of :class:`.Transfers` (one
-disk quota with code uploads): a chunk reserves its bytes before it is written.
+disk quota with code uploads): a chunk reserves its bytes before it is written, and a
+row its key and ACL (:func:`.acl.meta_bytes`) before it is written (begin, a new ACL).
+A principal may have created ``max_blobs_per_principal`` keys (creates in progress
+count); every commit (begin, finish, a new ACL) first checks that the disk keeps
+``min_free_disk_bytes`` free, so metadata cannot fill it either. The database gives
+pages freed by deletes back at each sweep (:data:`VACUUM_PAGES`).
 
 Sessions (uploads, downloads, listings) are bounded, per client address and in all,
 and expire after ``expiration_secs`` without use, as Storm's ``TimeCacheMap``s do.
@@ -51,12 +56,14 @@ from typing import Any, Callable, Iterator
 import structlog
 
 from ..transfers import partfiles
-from .acl import Ace, BlobError, KeyExists, KeyNotFound, acl_to_json, check_acl, check_key
+from .acl import (Ace, BlobError, KeyExists, KeyNotFound, acl_to_json, check_acl, check_key,
+                  meta_bytes)
 from .placement import WorkDirBlobs
 from ..transfers.downloads import Downloads, decrement
 from ..state.store import Blob, BlobUpload, Store
 from ..transfers.uploads import (MAX_DOWNLOADS, MAX_OPEN_UPLOADS, TransferLimits, TransferRefused,
                         Transfers, current_peer)
+from ..settings import DEFAULT_MAX_BLOBS_PER_PRINCIPAL
 
 log = structlog.get_logger(__name__)
 
@@ -65,6 +72,9 @@ LIST_PAGE = 100
 #: Listing cursors kept at once (a cursor is a key: a few hundred bytes); past it the
 #: least recently used is forgotten (its next page says the session timed out).
 MAX_LIST_SESSIONS = 1024
+#: Free pages of the database given back to the file system per sweep (4 KiB each:
+#: 16 MiB a sweep), so one sweep never holds the writer long.
+VACUUM_PAGES = 4096
 
 
 @dataclass
@@ -81,7 +91,8 @@ class BlobStore:
     def __init__(self, store: Store, data_dir: Path, transfers: Transfers, *,
                  topologies_dir: Path, max_blob_bytes: int, expiration_secs: float,
                  chunk_bytes: int, clock: Callable[[], float],
-                 limits: TransferLimits | None = None):
+                 limits: TransferLimits | None = None,
+                 max_blobs_per_principal: int = DEFAULT_MAX_BLOBS_PER_PRINCIPAL):
         self.store = store
         self.dir = data_dir / "blobs"
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -91,6 +102,7 @@ class BlobStore:
         self.chunk_bytes = chunk_bytes
         self.clock = clock
         self.limits = limits if limits is not None else transfers.limits
+        self.max_blobs_per_principal = max_blobs_per_principal
         self._lock = threading.Lock()          # the in-memory tables below
         self._keys_lock = threading.Lock()     # commits that change a key's row
         self._upload_locks: dict[str, threading.Lock] = {}
@@ -115,7 +127,8 @@ class BlobStore:
                    max_blob_bytes=config.max_upload_bytes,
                    expiration_secs=config.file_copy_expiration_secs,
                    chunk_bytes=config.download_chunk_bytes, clock=clock,
-                   limits=TransferLimits.of(config))
+                   limits=TransferLimits.of(config),
+                   max_blobs_per_principal=config.max_blobs_per_principal)
 
     # --- paths ----------------------------------------------------------------------
     def part_path(self, file_id: str) -> Path:
@@ -158,6 +171,13 @@ class BlobStore:
             if pending is not None:
                 raise KeyExists(key, " (being created: finish or cancel that upload, or "
                                      f"wait {self.expiration_secs:g} s for it to expire)")
+            if owner is not None:       # the daemon's own are not counted
+                held = self.store.blobs_of(owner)
+                if held >= self.max_blobs_per_principal:
+                    raise self._refuse(peer, "max_blobs_per_principal", (
+                        f"{owner!r} has created {held} blobs (creates in progress "
+                        f"included; limit {self.max_blobs_per_principal}, "
+                        f"max_blobs_per_principal); delete some to create {key!r}"))
             return self._begin(key, "create", acl_to_json(acl), owner, peer)
 
     def begin_update(self, key: object, owner: str | None, peer: str | None = None) -> str:
@@ -194,13 +214,22 @@ class BlobStore:
         if refusal:
             raise self._refuse(peer, "max_uploads_per_peer", refusal)
         now = self.clock()
+        meta = meta_bytes(key, acl)
         try:
+            what = f"blob upload of key {key!r}"
+            self.transfers.reserve(what, meta)
+        except BaseException:
+            self._forget_upload(session)
+            raise
+        try:
+            self._check_free_disk(what, meta)
             # The file before the row: a row always has its file (recover drops a row
             # without one); a file without a row is a leftover.
             self.part_path(session).touch(exist_ok=False)
             self.store.insert_blob_upload(BlobUpload(session, key, kind, acl, 0, owner,
                                                      now, now))
         except BaseException:
+            self.transfers.release(meta)
             self._forget_upload(session)
             self.part_path(session).unlink(missing_ok=True)
             raise
@@ -249,6 +278,7 @@ class BlobStore:
         """
         with self._locked(session) as up:
             part, final = self.part_path(up.id), self.data_path(up.id)
+            self._check_free_disk(f"blob upload {session!r} of key {up.key!r}", 0)
             try:
                 sha256 = partfiles.seal(part, final, up.bytes)
             except OSError as exc:
@@ -271,8 +301,14 @@ class BlobStore:
                             acl or "[]", old.created_at if old else now, now)
                 with self.store.transaction():
                     self.store.put_blob(blob)
+                    if old is None and up.owner is not None:
+                        self.store.set_blob_owner(blob.key, up.owner)
                     self.store.delete_blob_upload(up.id)
             self._forget_upload(up.id)
+        # The upload's row goes, the key's row stays or comes (a create: the same key
+        # and ACL); never more than was reserved.
+        self.transfers.release(meta_bytes(up.key, up.acl) - meta_bytes(blob.key, blob.acl)
+                               + (meta_bytes(old.key, old.acl) if old else 0))
         if old is not None:
             self.transfers.release(old.bytes)
             self._drop_file(old.file)
@@ -295,7 +331,7 @@ class BlobStore:
         self.store.delete_blob_upload(up.id)
         self.part_path(up.id).unlink(missing_ok=True)
         self.data_path(up.id).unlink(missing_ok=True)
-        self.transfers.release(up.bytes)
+        self.transfers.release(up.bytes + meta_bytes(up.key, up.acl))
         self._forget_upload(up.id)
 
     def _forget_upload(self, session: str) -> None:
@@ -320,9 +356,20 @@ class BlobStore:
             KeyNotFound, BadAcl, BlobError.
         """
         check_acl(key, acl)
+        text = acl_to_json(acl)
+        what = f"the new ACL of blob {key!r}"
         with self._keys_lock:
-            self.get(key)
-            self.store.set_blob_acl(key, acl_to_json(acl))
+            old = self.get(key)
+            grows = meta_bytes(key, text) - meta_bytes(key, old.acl)
+            self.transfers.reserve(what, max(grows, 0))
+            try:
+                self._check_free_disk(what, max(grows, 0))
+                self.store.set_blob_acl(key, text)
+            except BaseException:
+                self.transfers.release(max(grows, 0))
+                raise
+            if grows < 0:
+                self.transfers.release(-grows)
         log.info("blob_acl_set", key=key, acl=[e.text() for e in acl])
 
     def delete(self, key: str) -> None:
@@ -335,7 +382,7 @@ class BlobStore:
         with self._keys_lock:
             blob = self.get(key)
             self.store.delete_blob(key)
-        self.transfers.release(blob.bytes)
+        self.transfers.release(blob.bytes + meta_bytes(blob.key, blob.acl))
         self._drop_file(blob.file)
         log.info("blob_deleted", key=key, version=blob.version)
 
@@ -461,6 +508,9 @@ class BlobStore:
             for session, cursor in list(self._listings.items()):
                 if now - cursor.touched_at >= self.expiration_secs:
                     del self._listings[session]
+        # Deleted blobs' rows (and everything else deleted) leave free pages: the file
+        # shrinks by them (before, the database never shrank).
+        self.store.vacuum(VACUUM_PAGES)
 
     def recover(self) -> None:
         """After a restart: make files and rows agree (see the module docstring), then
@@ -496,6 +546,25 @@ class BlobStore:
 
     def _refuse(self, peer: str | None, limit: str, message: str) -> TransferRefused:
         return self.transfers.refuse(peer, limit, message)
+
+    def _check_free_disk(self, what: str, size: int) -> None:
+        """Check that the disk of the blobs (and of the database beside them) keeps
+        ``min_free_disk_bytes`` free after ``size`` bytes more, before a commit.
+
+        Raises:
+            TransferRefused: it would not; nothing was committed.
+        """
+        reserve = self.limits.min_free_disk_bytes
+        try:
+            free = self.transfers.free_bytes(self.dir)
+        except OSError as exc:          # cannot tell: the commit itself will say
+            log.warning("disk_usage_failed", path=str(self.dir), error=str(exc))
+            return
+        if free - size < reserve:
+            raise self._refuse(current_peer(), "min_free_disk_bytes", (
+                f"{what}: the disk of the blob store has {free} bytes free, less than "
+                f"{size} bytes more and the {reserve} bytes kept free "
+                "(min_free_disk_bytes); nothing was committed, retry when there is room"))
 
 
 class _Locked:

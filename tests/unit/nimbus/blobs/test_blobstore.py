@@ -17,7 +17,8 @@ from support.nimbus import FakeClock
 from nimbus_thrift.nimbus.blobs import archives
 from nimbus_thrift.nimbus.blobs.acl import (ADMIN, ALL, READ, WRITE, Ace, AclType, BadAcl,
                                           BlobError, KeyExists, KeyNotFound, allowed,
-                                          check_acl, check_key, normalize_acl)
+                                          acl_to_json, check_acl, check_key, meta_bytes,
+                                          normalize_acl)
 from nimbus_thrift.nimbus.blobs.placement import BlobMapping, parse_blob_map, topologies_using
 from nimbus_thrift.nimbus.blobs.store import BlobStore
 from nimbus_thrift.nimbus.state.store import Store
@@ -127,6 +128,13 @@ def test_a_user_named_twice_is_refused_as_storm_does() -> None:
     assert Ace(AclType.OTHER, None, READ).text() == "o::r--"
 
 
+def meta(key: str, acl: list[Ace] | None = None) -> int:
+    """What a blob's row counts in the quota besides its file: its key and ACL (by
+    default Env.create's: alice with every right)."""
+    return meta_bytes(key, acl_to_json(acl if acl is not None else
+                                       normalize_acl([], "alice", ALL)))
+
+
 # --- the life of a blob -------------------------------------------------------------------
 
 def test_create_download_update_delete(env: Env) -> None:
@@ -139,7 +147,7 @@ def test_create_download_update_delete(env: Env) -> None:
     assert v2 > v1
     assert env.download("k") == b"v2"
     assert env.files() == [f"{env.blobs.get('k').file}.data"]     # the old file is gone
-    assert env.transfers.inbox_bytes == 2
+    assert env.transfers.inbox_bytes == 2 + meta("k")
     env.blobs.delete("k")
     with pytest.raises(KeyNotFound):
         env.blobs.get("k")
@@ -173,7 +181,7 @@ def test_a_blob_is_invisible_until_finished_and_cancel_keeps_nothing(env: Env) -
     env.blobs.upload_chunk(session, b"partial")
     with pytest.raises(KeyNotFound):
         env.blobs.get("k")
-    assert env.transfers.inbox_bytes == 7
+    assert env.transfers.inbox_bytes == 7 + meta("k", [])
     env.blobs.cancel(session)
     assert env.files() == [] and env.transfers.inbox_bytes == 0
     with pytest.raises(BlobError, match="does not exist"):
@@ -232,11 +240,12 @@ def test_a_blob_over_the_size_limit_is_discarded(env: Env) -> None:
 
 
 def test_blobs_and_code_uploads_share_one_quota(tmp_path: Path) -> None:
-    env = Env(tmp_path, max_inbox_bytes=20)
+    # Room for the blob's row and the update's (its key) too.
+    env = Env(tmp_path, max_inbox_bytes=21 + meta("k"))
     env.create("k", b"x" * 15)
     location = env.transfers.begin_upload()
     with pytest.raises(TransferRefused, match="max_inbox_bytes"):
-        env.transfers.upload_chunk(location, b"y" * 6)
+        env.transfers.upload_chunk(location, b"y" * 7)
     env.transfers.upload_chunk(location, b"y" * 5)
     session = env.blobs.begin_update("k", "alice")
     with pytest.raises(TransferRefused, match=r"blob upload .* of key 'k'.*max_inbox_bytes"):
@@ -254,7 +263,7 @@ def test_the_free_disk_reserve_refuses_a_chunk_and_keeps_the_upload(tmp_path: Pa
     session = env.blobs.begin_create("k", [], "alice")
     with pytest.raises(TransferRefused, match="min_free_disk_bytes"):
         env.blobs.upload_chunk(session, b"123456")
-    assert env.transfers.inbox_bytes == 0
+    assert env.transfers.inbox_bytes == meta("k", [])
     env.blobs.upload_chunk(session, b"12345")
     env.blobs.finish(session)
     assert env.download("k") == b"12345"
@@ -295,7 +304,7 @@ def test_idle_sessions_expire_and_active_ones_do_not(env: Env) -> None:
         env.blobs.download_chunk(download)
     with pytest.raises(BlobError, match="does not exist"):
         env.blobs.list_page(listing)
-    assert env.transfers.inbox_bytes == 10 + 2
+    assert env.transfers.inbox_bytes == 10 + meta("k") + 2 + meta("busy", [])
     assert env.blobs._readers == {} and env.blobs.downloads.peers() == {}
 
 
@@ -325,7 +334,8 @@ def test_recovery_keeps_what_was_acknowledged_and_trims_the_rest(env: Env) -> No
     env.restart()
     assert env.download("done") == b"finished data"
     assert env.blobs.part_path(session).read_bytes() == b"acked"
-    assert env.transfers.inbox_bytes == len(b"finished data") + 5
+    assert env.transfers.inbox_bytes == len(b"finished data") + meta("done") + 5 + \
+        meta("open", [])
     env.blobs.upload_chunk(session, b"+more")     # the upload carries on
     env.blobs.finish(session)
     assert env.download("open") == b"acked+more"
