@@ -61,6 +61,20 @@ if [ -n "$stale" ]; then
   .venv/bin/python -m pip install --quiet --no-deps -e .
 fi
 
+# streamparse's own CLI (`sparse`), which tests/spark/test_streamparse_cli.py runs against
+# a daemon as a streamparse user would. In a venv of its own, not .venv: streamparse 5.0.1
+# brings ~25 packages the daemon never uses (Fabric39 and paramiko 2.x, pathos, Cython) and
+# imports pkg_resources, which recent setuptools no longer ship (84.2 has none; 80.x still
+# does), so it needs an older setuptools than .venv may get; the test only runs its
+# command, never imports it.
+streamparse_version=5.0.1   # the wheel scripts/install_interop.sh takes Storm's IDL from
+if [ ! -x .venv-streamparse/bin/sparse ]; then
+  echo "setup: installing streamparse $streamparse_version into .venv-streamparse"
+  "$PYTHON" -m venv .venv-streamparse
+  .venv-streamparse/bin/python -m pip install --quiet "streamparse==$streamparse_version" \
+    "setuptools<81"
+fi
+
 if [ -x scripts/install_interop.sh ]; then
   scripts/install_interop.sh
 fi
