@@ -49,7 +49,7 @@ class Daemon:
         self.calls: list[str] = []
         self.uploads: dict[str, bytearray] = {}
         self.finished: dict[str, bytes] = {}
-        self.after_chunk: Any = None        # called after each uploadChunk it accepts
+        self.after: dict[str, Any] = {}     # method -> called after it was carried out
 
     def _leader_only(self, method: str) -> None:
         self.calls.append(method)
@@ -94,12 +94,12 @@ class Daemon:
     def uploadChunk(self, location, chunk):
         self._leader_only("uploadChunk")
         self.uploads[location] += chunk
-        if self.after_chunk is not None:
-            self.after_chunk()
+        self.after.get("uploadChunk", lambda: None)()
 
     def finishFileUpload(self, location):
         self._leader_only("finishFileUpload")
         self.finished[location] = bytes(self.uploads[location])
+        self.after.get("finishFileUpload", lambda: None)()
 
     def submitTopologyWithOpts(self, name, uploadedJarLocation, jsonConf, topology,
                                options):
@@ -155,16 +155,18 @@ def test_reads_skip_a_dead_seed_and_state_changes_land_on_the_leader(cluster, de
     assert other.calls == []
 
 
-def test_a_submit_through_a_follower_restarts_on_the_new_leader_mid_upload(cluster,
-                                                                          tmp_path):
+@pytest.mark.parametrize("deposed_after", ["uploadChunk", "finishFileUpload"])
+def test_a_submit_through_a_follower_restarts_on_the_new_leader_mid_upload(
+        cluster, tmp_path, deposed_after):
     shared, (follower, leader, other) = cluster
     path = Path(shutil.copytree(SAMPLES / "wordcount", tmp_path / "wc")) / "wordcount.py"
 
     def lose_leadership() -> None:
-        # The leader is deposed between a chunk and the upload's finish: it refuses
-        # the finish, naming the new leader, and the whole submit starts over there.
+        # The leader is deposed after a chunk, or after the upload's finish: it refuses
+        # the next call (the finish, or the submit), naming the new leader, and the
+        # whole upload and submit start over there (the new leader has no upload).
         shared.leader = other.address
-    leader.after_chunk = lose_leadership
+    leader.after[deposed_after] = lose_leadership
     with seed_client([follower.address, leader.address, other.address]) as client:
         topology_id = client.submit_topology(path)
     assert topology_id == "wordcount-1-1"
@@ -172,9 +174,11 @@ def test_a_submit_through_a_follower_restarts_on_the_new_leader_mid_upload(clust
     assert accepted_by == other.address
     [first_try] = leader.uploads.values()
     assert code == bytes(first_try) and code[:2] == b"PK"    # the whole zip, again
+    refused = {"uploadChunk": "finishFileUpload",
+               "finishFileUpload": "submitTopologyWithOpts"}[deposed_after]
     assert leader.calls == ["isTopologyNameAllowed", "getNimbusConf", "beginFileUpload",
-                            "uploadChunk", "finishFileUpload"]
-    assert leader.finished == {}
+                            "uploadChunk", "finishFileUpload"] + \
+        (["submitTopologyWithOpts"] if refused == "submitTopologyWithOpts" else [])
     assert other.calls == ["isTopologyNameAllowed", "getNimbusConf", "beginFileUpload",
                            "uploadChunk", "finishFileUpload", "submitTopologyWithOpts",
                            "getClusterInfo"]
@@ -261,10 +265,12 @@ def test_the_cli_documents_the_list(tmp_path):
 def test_the_cli_submits_through_a_follower_and_restarts_on_a_new_leader(cluster, tmp_path):
     shared, (follower, leader, other) = cluster
     path = Path(shutil.copytree(SAMPLES / "wordcount", tmp_path / "wc")) / "wordcount.py"
-    leader.after_chunk = lambda: setattr(shared, "leader", other.address)
+    # Deposed between the upload and the submit: the submit cannot follow alone.
+    leader.after["finishFileUpload"] = lambda: setattr(shared, "leader", other.address)
     seeds = f"{follower.address},{leader.address}"
     submitted = run_cli(tmp_path, "submit", str(path), "--host", seeds, "--json")
     assert submitted.exit_code == 0, submitted.output
     assert '"id": "wordcount-1-1"' in submitted.output
     assert shared.topologies["wordcount"][0] == other.address
-    assert leader.finished == {} and "submitTopologyWithOpts" not in leader.calls
+    assert leader.calls[-1] == "submitTopologyWithOpts"       # refused there
+    assert len(other.finished) == 1                             # uploaded again there
