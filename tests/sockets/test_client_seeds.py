@@ -107,6 +107,24 @@ class Daemon:
         # Only code uploaded to this daemon and finished can be submitted here.
         self.cluster.topologies[name] = (self.address, self.finished[uploadedJarLocation])
 
+    def beginCreateBlob(self, key, meta):
+        self._leader_only("beginCreateBlob")
+        session = f"{self.address}/blob-{len(self.uploads) + 1}"
+        self.uploads[session] = bytearray()
+        return session
+
+    def uploadBlobChunk(self, session, chunk):
+        self._leader_only("uploadBlobChunk")
+        self.uploads[session] += chunk
+        self.after.get("uploadBlobChunk", lambda: None)()
+
+    def finishBlobUpload(self, session):
+        self._leader_only("finishBlobUpload")
+        self.finished[session] = bytes(self.uploads[session])
+
+    def cancelBlobUpload(self, session):
+        self._leader_only("cancelBlobUpload")
+
     def killTopologyWithOpts(self, name, options):
         self._leader_only("killTopologyWithOpts")
         if self.cluster.topologies.pop(name, None) is None:
@@ -274,3 +292,25 @@ def test_the_cli_submits_through_a_follower_and_restarts_on_a_new_leader(cluster
     assert shared.topologies["wordcount"][0] == other.address
     assert leader.calls[-1] == "submitTopologyWithOpts"       # refused there
     assert len(other.finished) == 1                             # uploaded again there
+
+
+def test_the_cli_sends_a_blob_file_again_to_a_new_leader_but_not_standard_input(cluster,
+                                                                             tmp_path):
+    shared, (follower, leader, other) = cluster
+    content = tmp_path / "stopwords.txt"
+    content.write_bytes(b"a\nthe\n")
+    seeds = f"{follower.address},{leader.address}"
+    leader.after["uploadBlobChunk"] = lambda: setattr(shared, "leader", other.address)
+    created = run_cli(tmp_path, "blob", "create", "stop", "-f", str(content), "--host", seeds)
+    assert created.exit_code == 0, created.output
+    assert list(other.finished.values()) == [b"a\nthe\n"]     # read again from its start
+    assert leader.finished == {}
+    # From standard input the bytes sent are gone: an error, nothing half made.
+    other.after["uploadBlobChunk"] = lambda: setattr(shared, "leader", leader.address)
+    piped = CliRunner().invoke(main, ["blob", "create", "again", "--host", seeds],
+                               input=b"x\ny\n", env={"XDG_CONFIG_HOME": str(tmp_path)})
+    assert piped.exit_code == 1
+    assert (f"Error: the upload of blob 'again' was refused midway for not reaching the "
+            f"leader: nimbus at {other.address} names {leader.address} as the leader"
+            in piped.output)
+    assert len(other.finished) == len(leader.finished) + 1 == 1
