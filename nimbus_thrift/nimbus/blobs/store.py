@@ -278,7 +278,9 @@ class BlobStore:
         """
         with self._locked(session) as up:
             part, final = self.part_path(up.id), self.data_path(up.id)
-            self._check_free_disk(f"blob upload {session!r} of key {up.key!r}", 0)
+            # The commit writes the key's row: its key and ACL at least.
+            self._check_free_disk(f"blob upload {session!r} of key {up.key!r}",
+                                  meta_bytes(up.key, up.acl))
             try:
                 sha256 = partfiles.seal(part, final, up.bytes)
             except OSError as exc:
@@ -363,7 +365,7 @@ class BlobStore:
             grows = meta_bytes(key, text) - meta_bytes(key, old.acl)
             self.transfers.reserve(what, max(grows, 0))
             try:
-                self._check_free_disk(what, max(grows, 0))
+                self._check_free_disk(what, meta_bytes(key, text))    # the row written
                 self.store.set_blob_acl(key, text)
             except BaseException:
                 self.transfers.release(max(grows, 0))
