@@ -213,6 +213,20 @@ def unix_socket_of(config: NimbusConfig) -> Path | None:
     return path
 
 
+def _open_ha(config: NimbusConfig, store: Store) -> Any:
+    """HA mode's parts, connected and caught up (imported here: kazoo is needed only
+    in HA mode). Raises DaemonError when ZooKeeper cannot be reached."""
+    from .ha.coordinator import CoordinationError
+    from .ha.node import HaNimbus
+    ha = HaNimbus(config, store)
+    try:
+        ha.open()
+    except CoordinationError as exc:
+        ha.coordinator.stop()
+        raise DaemonError(str(exc)) from None
+    return ha
+
+
 class NimbusDaemon:
     """One nimbus: ``start()`` returns once it listens, ``stop()`` is graceful."""
 
@@ -224,6 +238,8 @@ class NimbusDaemon:
         self._lock_fd: int | None = None
         self._umask_held = False
         self.store: Store | None = None
+        #: HA mode's parts (zookeeper_servers set), else None.
+        self.ha: Any = None
         self.handler: NimbusHandler | None = None
         self.server: Server | None = None
         #: The HTTP side (web page, Storm UI REST API, /metrics); None when ui_port is 0.
@@ -290,14 +306,17 @@ class NimbusDaemon:
             except (StoreError, LauncherError) as exc:
                 raise DaemonError(str(exc)) from None
             self._force_database_modes(database)     # and what opening created
+            if config.zookeeper_servers:
+                self.ha = _open_ha(config, self.store)
             self.handler = NimbusHandler(nimbus_idl(), config, self.store, launcher,
-                                         clock=self._clock)
+                                         clock=self._clock, role=self.ha)
             for directory in (self.handler.transfers.inbox, self.handler.blobs.dir):
                 force_mode(directory, DIR_MODE)
             # Under run_as_user, each user enters their own work directory in it.
             force_mode(self.handler.topologies_dir,
                        TRAVERSE_MODE if config.run_as_user else DIR_MODE)
-            self.handler.recover()
+            if self.ha is None:
+                self.handler.recover()      # in HA mode, once this nimbus leads
             transport: dict[str, Any] = {}
             if unix_socket is not None:
                 transport["unix_socket"] = str(unix_socket)
@@ -344,6 +363,14 @@ class NimbusDaemon:
                 raise DaemonError(f"cannot listen on unix_socket {unix_socket}: "
                                   f"{exc.strerror or exc}") from None
             self.handler.start(address)
+            if self.ha is not None:
+                from .role import NimbusPeer
+                from .service.infos import nimbus_version
+                host, port = self.handler.address
+                self.ha.begin(NimbusPeer(host, port, self.handler.infos.started_at,
+                                         nimbus_version()),
+                              on_gained=self.handler.take_over,
+                              on_lost=self.handler.step_down)
             self._start_web(ssl_context)
         except BaseException:
             if self.server is not None:
@@ -354,6 +381,9 @@ class NimbusDaemon:
         in_force = self.server.options
         log.info("nimbus_started", host=address[0], port=address[1],
                  data_dir=str(config.data_dir), launcher=config.launcher,
+                 ha=("off" if self.ha is None else
+                     f"zookeeper {','.join(config.zookeeper_servers or ())}"
+                     f"{config.zookeeper_root}, shared_dir {config.shared_dir}"),
                  max_connections=in_force.max_connections,
                  max_connections_per_peer=in_force.per_peer_limit,
                  open_files_limit=self.server.open_files_limit,
@@ -408,6 +438,13 @@ class NimbusDaemon:
         log.info("nimbus_stopped")
 
     def _close_state(self) -> None:
+        if self.ha is not None:
+            if self.ha.leading() and self.handler is not None:
+                # The next leader starts every topology from its checkpoint: this
+                # host's drivers must not run on beside them.
+                self.handler.step_down()
+            self.ha.close()
+            self.ha = None
         if self.handler is not None:
             self.handler.close()
             self.handler.launcher.close()

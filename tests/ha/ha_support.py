@@ -10,7 +10,8 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from nimbus_thrift.nimbus.ha.coordinator import Coordinator
-from nimbus_thrift.nimbus.ha.leadership import Leadership, NimbusEntry
+from nimbus_thrift.nimbus.ha.leadership import Leadership
+from nimbus_thrift.nimbus.role import NimbusPeer
 from nimbus_thrift.nimbus.ha.replication import Replica, ZkJournal
 from nimbus_thrift.nimbus.state.store import Store
 
@@ -28,7 +29,7 @@ class Node:
         self.lost = 0
         self.replica = Replica(self.zk, self.store)
         self.leadership = Leadership(
-            self.zk, NimbusEntry("127.0.0.1", port, time.time(), "test"),
+            self.zk, NimbusPeer("127.0.0.1", port, time.time(), "test"),
             on_gained=self._gained, on_lost=self._lost)
         self.journal = ZkJournal(self.zk, self.leadership)
         self.store.set_journal(self.journal)

@@ -63,7 +63,7 @@ _BASE = {"nimbus_thrift.rpc", "nimbus_thrift.topology", "nimbus_thrift.idl",
 _N = "nimbus_thrift.nimbus."
 #: The settings, what a launcher is, and what admission counts: below every room.
 _FOUNDATION = {_N + "config", _N + "settings", _N + "setting_checks", _N + "launcher",
-               _N + "admission"}
+               _N + "admission", _N + "role"}
 for _module in _FOUNDATION:
     ALLOWED[_module] = _BASE | _FOUNDATION
 #: Who may do what, and as which OS user: knows no state, no calls.

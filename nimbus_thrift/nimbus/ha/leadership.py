@@ -22,29 +22,21 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import structlog
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
+from ..role import NimbusPeer
 from .coordinator import EPOCH, LEADER, NIMBUSES, Coordinator
 
 log = structlog.get_logger(__name__)
 
 
-@dataclass(frozen=True)
-class NimbusEntry:
-    """A running nimbus as /nimbuses lists it (what NimbusSummary says of it)."""
-
-    host: str
-    port: int
-    started_at: float
-    version: str
-
-    @property
-    def address(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+def address_of(peer: NimbusPeer) -> str:
+    """``host:port``, an IPv6 host in brackets: its identifier in the election and its
+    node's name under /nimbuses."""
+    host = f"[{peer.host}]" if ":" in peer.host else peer.host
+    return f"{host}:{peer.port}"
 
 
 class Leadership:
@@ -52,13 +44,13 @@ class Leadership:
     thread once the epoch is written (it catches up; leading starts when it returns);
     ``on_lost()`` when leadership ends for any reason but :meth:`stop`."""
 
-    def __init__(self, coordinator: Coordinator, me: NimbusEntry,
+    def __init__(self, coordinator: Coordinator, me: NimbusPeer,
                  on_gained: Callable[[], None], on_lost: Callable[[], None]) -> None:
         self._zk = coordinator
         self.me = me
         self._on_gained = on_gained
         self._on_lost = on_lost
-        self._election = coordinator.client.Election(LEADER, me.address)
+        self._election = coordinator.client.Election(LEADER, address_of(me))
         self._leading = False
         #: The version of /epoch this nimbus wrote when it gained leadership.
         self.epoch: int | None = None
@@ -82,7 +74,7 @@ class Leadership:
             return None
         return contenders[0] if contenders else None
 
-    def nimbuses(self) -> list[NimbusEntry]:
+    def nimbuses(self) -> list[NimbusPeer]:
         """Every running nimbus (this one included), as registered."""
         client = self._zk.client
         entries = []
@@ -91,7 +83,7 @@ class Leadership:
                 try:
                     data, _ = client.get(f"{NIMBUSES}/{name}")
                     raw = json.loads(data)
-                    entries.append(NimbusEntry(str(raw["host"]), int(raw["port"]),
+                    entries.append(NimbusPeer(str(raw["host"]), int(raw["port"]),
                                                float(raw["started_at"]), str(raw["version"])))
                 except (NoNodeError, ValueError, KeyError, TypeError):
                     continue        # gone meanwhile, or not ours to read
@@ -114,7 +106,7 @@ class Leadership:
         if self._thread is not None:
             self._thread.join(timeout=self._zk.session_timeout + 5)
         try:
-            self._zk.client.delete(f"{NIMBUSES}/{self.me.address}")
+            self._zk.client.delete(f"{NIMBUSES}/{address_of(self.me)}")
         except KazooException:
             pass
 
@@ -122,7 +114,7 @@ class Leadership:
         data = json.dumps({"host": self.me.host, "port": self.me.port,
                            "started_at": self.me.started_at,
                            "version": self.me.version}).encode()
-        path = f"{NIMBUSES}/{self.me.address}"
+        path = f"{NIMBUSES}/{address_of(self.me)}"
         try:
             self._zk.client.create(path, data, ephemeral=True)
         except NodeExistsError:
@@ -145,13 +137,13 @@ class Leadership:
     def _term(self) -> None:
         """Runs while this nimbus holds the lock."""
         self._end.clear()
-        stat = self._zk.client.set(EPOCH, self.me.address.encode()) \
+        stat = self._zk.client.set(EPOCH, address_of(self.me).encode()) \
             if self._zk.client.exists(EPOCH) else None
         if stat is None:
-            self._zk.client.create(EPOCH, self.me.address.encode())
+            self._zk.client.create(EPOCH, address_of(self.me).encode())
             stat = self._zk.client.exists(EPOCH)
         self.epoch = stat.version
-        log.info("leadership_gained", nimbus=self.me.address, epoch=self.epoch)
+        log.info("leadership_gained", nimbus=address_of(self.me), epoch=self.epoch)
         started = time.monotonic()
         try:
             self._on_gained()
@@ -165,13 +157,13 @@ class Leadership:
             self._on_lost()
             return
         self._leading = True
-        log.info("leading", nimbus=self.me.address, epoch=self.epoch,
+        log.info("leading", nimbus=address_of(self.me), epoch=self.epoch,
                  took_over_secs=round(time.monotonic() - started, 3))
         self._end.wait()
         self._leading = False
         self.epoch = None
         if not self._stopping.is_set():
-            log.warning("leadership_lost", nimbus=self.me.address)
+            log.warning("leadership_lost", nimbus=address_of(self.me))
             self._on_lost()
 
     def _on_session(self, state: str) -> None:

@@ -31,7 +31,7 @@ from ...idl import NO_LEADER_MESSAGE, NOT_LEADER_MESSAGE
 from ..state.journal import Change, JournalError
 from ..state.store import Store
 from .coordinator import EPOCH, LOG, PARTS, Coordinator
-from .leadership import Leadership
+from .leadership import Leadership, address_of
 
 log = structlog.get_logger(__name__)
 
@@ -65,7 +65,7 @@ class ZkJournal:
     def refusal(self) -> str:
         leader = self._leadership.leader()
         return NOT_LEADER_MESSAGE.format(leader=leader) \
-            if leader and leader != self._leadership.me.address else NO_LEADER_MESSAGE
+            if leader and leader != address_of(self._leadership.me) else NO_LEADER_MESSAGE
 
     def record(self, change: Change) -> int:
         epoch = self._leadership.epoch

@@ -14,9 +14,25 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
+from thriftpy2.thrift import TApplicationException
+
+from ..role import Role
 from ..security.audit import audited
 from ..security.authz import Authorizer, Call, TopologyAcl, Unauthorized
 from ..state.store import Store, TopologyRecord
+
+
+#: The IDL methods that change state: in HA mode a nimbus that does not lead refuses
+#: them (Role.refusal) before anything else; every other method is a read any nimbus
+#: answers. Storm's followers refuse the same (Nimbus.assertIsLeader).
+STATE_CHANGES = frozenset({
+    "submitTopology", "submitTopologyWithOpts", "killTopology", "killTopologyWithOpts",
+    "activate", "deactivate", "rebalance",
+    "beginFileUpload", "uploadChunk", "finishFileUpload",
+    "setLogConfig", "debug", "setWorkerProfiler", "uploadNewCredentials",
+    "beginCreateBlob", "beginUpdateBlob", "uploadBlobChunk", "finishBlobUpload",
+    "cancelBlobUpload", "setBlobMeta", "deleteBlob", "updateBlobReplication",
+})
 
 
 def acl_of(rec: TopologyRecord) -> TopologyAcl:
@@ -32,18 +48,26 @@ class Access:
         idl: the loaded IDL module (its exceptions are the answers).
         store: the daemon's state, where topologies are looked up.
         authz: who may call what (the rules of :data:`.authz.METHODS`).
+        role: in HA mode, whether this nimbus leads (a follower refuses state changes).
     """
 
-    def __init__(self, idl: ModuleType, store: Store, authz: Authorizer):
+    def __init__(self, idl: ModuleType, store: Store, authz: Authorizer,
+                 role: Role | None = None):
         self._idl = idl
         self._store = store
         self._authz = authz
+        self._role = role
 
     @contextmanager
     def gate(self, operation: str, **subject: Any) -> Iterator[Call]:
         """Run one IDL call: yields its :class:`~.authz.Call` (the method checks it
         with the authorizer before it reads or changes anything), records the outcome
         in the audit log, and answers a refusal with the IDL's AuthorizationException."""
+        if self._role is not None and operation in STATE_CHANGES \
+                and not self._role.leading():
+            # INTERNAL_ERROR, as Storm's followers answer, naming the leader.
+            raise TApplicationException(TApplicationException.INTERNAL_ERROR,
+                                        self._role.refusal())
         call = Call.current(operation, **subject)
         try:
             with audited(call):

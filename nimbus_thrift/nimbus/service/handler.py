@@ -45,6 +45,7 @@ from ..blobs.calls import BlobCalls, TopologyBlobs
 from ..blobs.store import BlobStore
 from ..config import NimbusConfig
 from ..launcher import Launcher, RunStatus
+from ..role import Role
 from ..security.authz import Authorizer, daemon_principal, unclassified
 from ..security.runas import TRAVERSE_MODE
 from ..state.background import SerialQueues
@@ -127,6 +128,8 @@ class NimbusHandler:
         store: the daemon's state.
         launcher: what runs the topologies.
         clock: epoch seconds.
+        role: in HA mode, whether this nimbus leads (nimbus/role.py); None: it runs
+            alone and always leads.
 
     Raises:
         ValueError: a method of ``service Nimbus`` missing from
@@ -134,7 +137,8 @@ class NimbusHandler:
     """
 
     def __init__(self, idl: ModuleType, config: NimbusConfig, store: Store,
-                 launcher: Launcher, *, clock: Callable[[], float] = time.time):
+                 launcher: Launcher, *, clock: Callable[[], float] = time.time,
+                 role: Role | None = None):
         missing = unclassified(idl.Nimbus)
         if missing:
             raise ValueError("methods of service Nimbus missing from nimbus/authz.py's "
@@ -148,19 +152,20 @@ class NimbusHandler:
         self.store = store
         self.launcher = launcher
         self.clock = clock
+        self.role = role
         #: Who owns what the daemon itself submits (outside a request); with no users
         #: set, the service's only user besides the admins.
         self.daemon_principal = daemon_principal()
         self.authz = Authorizer(config.admins, config.users,
                                 daemon_user=self.daemon_principal,
                                 allow_anonymous=config.allow_anonymous)
-        self.topologies_dir = config.data_dir / "topologies"
+        self.topologies_dir = config.files_dir / "topologies"
         self.topologies_dir.mkdir(parents=True, exist_ok=True)
         if config.run_as_user:
             # Each user enters their own work directory by its name; nobody lists.
             os.chmod(self.topologies_dir, TRAVERSE_MODE)
         self.transfers = Transfers(
-            store, config.data_dir, max_upload_bytes=config.max_upload_bytes,
+            store, config.files_dir, max_upload_bytes=config.max_upload_bytes,
             expiration_secs=config.file_copy_expiration_secs,
             retention_secs=config.upload_retention_secs,
             chunk_bytes=config.download_chunk_bytes, clock=clock,
@@ -173,8 +178,8 @@ class NimbusHandler:
         names_lock = threading.Lock()       # the name table's
 
         # The shared helpers.
-        self.access = Access(idl, store, self.authz)
-        self.infos = Infos(idl, config, store, launcher, self.topologies_dir, clock)
+        self.access = Access(idl, store, self.authz, role)
+        self.infos = Infos(idl, config, store, launcher, self.topologies_dir, clock, role)
         self.placement = TopologyBlobs(self.authz, store, self.blobs, locks,
                                        self.topologies_dir, self.daemon_principal, clock)
         self.launching = Launching(launcher, store, self.background, config, self.infos,
@@ -182,7 +187,7 @@ class NimbusHandler:
                                    clock)
         self.upkeep = Upkeep(config, store, launcher, self.launching, self.infos,
                              self.transfers, self.blobs, locks, names_lock,
-                             self.topologies_dir, clock)
+                             self.topologies_dir, clock, role)
         self.timers = self.upkeep.timers
 
         # The groups of calls, by the names METHOD_TABLE uses.
@@ -212,6 +217,18 @@ class NimbusHandler:
     def recover(self) -> None:
         """After (re)start: see :meth:`.upkeep.Upkeep.recover`."""
         self.upkeep.recover()
+
+    def take_over(self) -> None:
+        """HA mode, this nimbus just elected and caught up with the journal: what a
+        restart does (:meth:`recover`: timers re-armed, every topology handed to the
+        launcher, which starts what does not run here)."""
+        self.upkeep.recover()
+
+    def step_down(self) -> None:
+        """HA mode, leadership lost: disarm the timers and stop every topology this
+        nimbus runs (the new leader starts them from their checkpoints; two drivers of
+        one topology would write the same checkpoint)."""
+        self.upkeep.step_down()
 
     def start(self, address: tuple[str, int]) -> None:
         """Start timers; ``address`` is where clients reach this nimbus."""

@@ -22,14 +22,17 @@ from typing import Any
 
 import structlog
 from thriftpy2.protocol import TBinaryProtocolFactory
+from thriftpy2.thrift import TApplicationException
 from thriftpy2.utils import deserialize
 
 from ... import __version__
+from ...idl import NO_LEADER_MESSAGE
 from ...runner.rundir import ALL_COMPONENTS, RunDir
 from ...topology.streams import STATEFUL_KEY
 from ...topology.validate import TOPOLOGY_DEFAULTS, task_ranges
 from ..config import NimbusConfig, to_public
 from ..launcher import Launcher, RunStatus
+from ..role import Role
 from ..state.store import Store, TopologyListing, TopologyRecord
 from .listing import SummaryCountsCache, number, secs, text
 from .views import Views
@@ -60,11 +63,14 @@ class Infos:
         launcher: asked what runs (:meth:`run_status`, the cluster's nodes).
         topologies_dir: the topologies' work directories (their run-time settings).
         clock: epoch seconds; the daemon's uptime counts from its first reading.
+        role: in HA mode, who leads and which nimbuses run (else this one alone).
     """
 
     def __init__(self, idl: ModuleType, config: NimbusConfig, store: Store,
-                 launcher: Launcher, topologies_dir: Path, clock: Callable[[], float]):
+                 launcher: Launcher, topologies_dir: Path, clock: Callable[[], float],
+                 role: Role | None = None):
         self._idl = idl
+        self._role = role
         self._config = config
         self._store = store
         self._launcher = launcher
@@ -109,24 +115,45 @@ class Infos:
                            "nimbus-thrift.bound.port": port}, sort_keys=True)
 
     def leader(self) -> Any:
-        """This daemon's NimbusSummary (it is always the leader)."""
-        host, port = self.address
+        """The leader's NimbusSummary: this daemon's when it runs alone; in HA mode
+        the elected one's, or INTERNAL_ERROR saying none is elected yet."""
+        if self._role is None:
+            return self._nimbus_summary(*self.address, self.started_at, nimbus_version(),
+                                        True)
+        peer = self._role.leader()
+        if peer is None:
+            raise TApplicationException(TApplicationException.INTERNAL_ERROR,
+                                        NO_LEADER_MESSAGE)
+        return self._nimbus_summary(peer.host, peer.port, peer.started_at, peer.version,
+                                    True)
+
+    def nimbuses(self) -> list[Any]:
+        """Every running nimbus's NimbusSummary (ClusterSummary.nimbuses)."""
+        if self._role is None:
+            return [self.leader()]
+        leader = self._role.leader()
+        return [self._nimbus_summary(p.host, p.port, p.started_at, p.version, p == leader)
+                for p in self._role.nimbuses()]
+
+    def _nimbus_summary(self, host: str, port: int, started_at: float, version: str,
+                        is_leader: bool) -> Any:
         # TLS, when configured, is on the same port (the daemon tells it from the
-        # first bytes), so that is the TLS port too.
+        # first bytes), so that is the TLS port too; every nimbus of a cluster runs
+        # with the same settings.
         tls_port = port if self._config.tls_cert_file is not None else None
         return self._idl.NimbusSummary(host=host, port=port,
-                                       uptime_secs=secs(self._clock() - self.started_at),
-                                       isLeader=True, version=nimbus_version(),
+                                       uptime_secs=secs(self._clock() - started_at),
+                                       isLeader=is_leader, version=version,
                                        tlsPort=tls_port)
 
-    def cluster_parts(self, now: float) -> tuple[list[Any], int, Any]:
+    def cluster_parts(self, now: float) -> tuple[list[Any], int, list[Any]]:
         """What a ClusterSummary holds besides its topologies: the launcher's nodes as
-        SupervisorSummaries, this nimbus's uptime and its NimbusSummary."""
+        SupervisorSummaries, this nimbus's uptime and the nimbuses' NimbusSummaries."""
         supervisors = [self._idl.SupervisorSummary(
             host=n.host, uptime_secs=secs(now - n.started_at), num_workers=n.slots,
             num_used_workers=n.used_slots, supervisor_id=n.node_id,
             version=n.version or "VERSION_NOT_PROVIDED") for n in self._launcher.nodes()]
-        return supervisors, secs(now - self.started_at), self.leader()
+        return supervisors, secs(now - self.started_at), self.nimbuses()
 
     # --- summaries ------------------------------------------------------------------
     def summary(self, row: TopologyListing, now: float, run: RunStatus | None = None
@@ -205,8 +232,9 @@ class Infos:
             executors=executors, status=rec.status,
             errors=self._chosen_errors(errors, num_errors),
             component_debug=self._component_debug(rec),
+            # After a colon, so the state word still leads (``submit --wait``).
             sched_status=run.sched_status if executors_listed or not run.assigned else
-            f"{run.sched_status} ({listed} executors, not listed)", owner=rec.owner,
+            f"{run.sched_status}: {listed} executors, not listed", owner=rec.owner,
             storm_version=self.structure(rec).storm_version,
             replication_count=CODE_REPLICATION)
 

@@ -20,6 +20,7 @@ import structlog
 from ..blobs.store import BlobStore
 from ..config import NimbusConfig
 from ..launcher import Launcher
+from ..role import Role
 from ..state.lifecycle import GONE, PREVIOUS, Event, Status, next_status
 from ..state.locks import KeyedLocks
 from ..state.store import Action, Store, TopologyRecord
@@ -56,8 +57,10 @@ class Upkeep:
     def __init__(self, config: NimbusConfig, store: Store, launcher: Launcher,
                  launching: Launching, infos: Infos, transfers: Transfers,
                  blobs: BlobStore, locks: KeyedLocks, names_lock: threading.Lock,
-                 topologies_dir: Path, clock: Callable[[], float]):
+                 topologies_dir: Path, clock: Callable[[], float],
+                 role: Role | None = None):
         self._config = config
+        self._role = role
         self._store = store
         self._launcher = launcher
         self._launching = launching
@@ -109,7 +112,7 @@ class Upkeep:
         way: its launcher is told to stop, then the row goes."""
         known = set(ids)
         for entry in sorted(self._topologies_dir.iterdir()):
-            if entry.name not in known:
+            if entry.name not in known and self._role is None:
                 log.warning("work_dir_orphan_removed", topology=entry.name,
                             path=str(entry))
                 if entry.is_dir() and not entry.is_symlink():
@@ -120,6 +123,14 @@ class Upkeep:
         for topology_id in ids:
             if self._launching.work_dir(topology_id).is_dir():
                 continue
+            if self._role is not None:
+                # HA mode: the shared directory may be unmounted or lagging on this
+                # host; a nimbus that deleted what it could not read once removed every
+                # topology of a Storm cluster (STORM-526). Reported, never removed.
+                log.error("topology_code_unreadable", topology=topology_id,
+                          path=str(self._launching.work_dir(topology_id)),
+                          action="kept; check shared_dir on this nimbus")
+                continue
             log.warning("topology_without_work_dir", topology=topology_id,
                         action="removed now")
             with self._store.transaction():
@@ -127,8 +138,29 @@ class Upkeep:
                 self._store.set_action(Action(topology_id, "remove", now, {}))
 
     # --- periodically ---------------------------------------------------------------
+    def _follows(self) -> bool:
+        """HA mode, another nimbus leads: state changes are its to make."""
+        return self._role is not None and not self._role.leading()
+
+    def step_down(self) -> None:
+        """Leadership lost (HA mode): no timer fires here any more, and every topology
+        is stopped on this host, in the background (see NimbusHandler.step_down)."""
+        self.timers.clear()
+        for topology_id in self._store.topology_ids():
+            self._launching.in_background(topology_id, "stop", self._stop_here,
+                                          topology_id)
+
+    def _stop_here(self, topology_id: str) -> None:
+        # Not Launching.call: a failure is this host's to log, not a state change.
+        try:
+            self._launcher.stop(topology_id, self._config.stop_grace_secs)
+        except Exception as exc:  # noqa: BLE001 - the others are still stopped
+            log.error("step_down_stop_failed", topology=topology_id, error=str(exc))
+
     def sweep(self) -> None:
         """Delete expired uploads and blob sessions (the timers call this)."""
+        if self._follows():
+            return
         # Under the name table's lock: a submit that found its upload complete checks it
         # again under this lock before its row references it, so the retention sweep
         # cannot delete it in between.
@@ -140,6 +172,8 @@ class Upkeep:
     def run_action(self, topology_id: str) -> None:
         """Run the topology's pending action if it is due (called by the timers). The
         state change is committed here; the launcher's part runs in the background."""
+        if self._follows():
+            return
         with self._locks.hold(topology_id):
             action = self._store.action(topology_id)
             rec = self._store.topology(topology_id)

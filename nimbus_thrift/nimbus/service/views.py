@@ -68,7 +68,7 @@ class Builder(Protocol):
                 run: RunStatus | None = None) -> Any: ...
     def topology_info(self, rec: TopologyRecord, num_errors: int | None = None,
                       run: RunStatus | None = None) -> Any: ...
-    def cluster_parts(self, now: float) -> tuple[list[Any], int, Any]: ...
+    def cluster_parts(self, now: float) -> tuple[list[Any], int, list[Any]]: ...
 
 
 @dataclass
@@ -318,7 +318,7 @@ class Views:
             index = None if entries is None or last is None else last.index
             if entries is None:
                 entries = self._listed(now)
-            nodes, nimbus_uptime, leader = self._builder.cluster_parts(now)
+            nodes, nimbus_uptime, nimbuses = self._builder.cluster_parts(now)
         except BaseException:
             with self._lock:        # the next build does them
                 self._rows_changed |= rows_changed
@@ -328,7 +328,7 @@ class Views:
         # once however many slow readers are still taking it. Never changed from here.
         value = share(self._idl.ClusterSummary(
             supervisors=nodes, nimbus_uptime_secs=nimbus_uptime,
-            topologies=[summary for _, _, summary in entries], nimbuses=[leader]),
+            topologies=[summary for _, _, summary in entries], nimbuses=nimbuses),
             elements="topologies")
         if index is None:
             index = {e[2].id: at for at, e in enumerate(entries)}

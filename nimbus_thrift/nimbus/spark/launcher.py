@@ -210,15 +210,15 @@ class SparkLauncher:
                                 f"as uid {os.geteuid()}")
         needed = [(Path(sys.executable), "the Python topologies run with"),
                   (PACKAGE_ROOT / "nimbus_thrift", "the nimbus_thrift package"),
-                  (self.config.data_dir, "the data directory (topologies' work "
-                                         "directories are in it)")]
+                  (self.config.files_dir, "the directory of the topologies' work "
+                                          "directories (data_dir, or shared_dir)")]
         if self.spark_home is not None:
             needed.append((self.spark_home, "Spark (PySpark's directory)"))
         if self.cache_dir is not None:
             needed.append((self.cache_dir, "spark_cache_dir (the applications' "
                                            "SPARK_HOME and class archive)"))
         for path, what in needed:
-            problems = unreachable_parts(path, read=path != self.config.data_dir)
+            problems = unreachable_parts(path, read=path != self.config.files_dir)
             if problems:
                 raise LauncherError(
                     f"run_as_user: other OS users cannot reach {what} at {path}: "
@@ -459,7 +459,7 @@ class SparkLauncher:
                     run.dir = RunDir(work_dir)
                 return run
             root = work_dir if work_dir is not None else \
-                self.config.data_dir / "topologies" / topology_id
+                self.config.files_dir / "topologies" / topology_id
             record = self._record_file(topology_id)
             if work_dir is None and not (record or root / "launch.json").exists():
                 return None

@@ -37,6 +37,12 @@ class Timers:
             heapq.heappush(self._heap, (due_at, topology_id))
             self._cond.notify()
 
+    def clear(self) -> None:
+        """Forget every armed entry (a nimbus that stops leading: the durable actions
+        are the new leader's to run)."""
+        with self._cond:
+            self._heap.clear()
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="nimbus-timers", daemon=True)
         self._thread.start()

@@ -1,0 +1,123 @@
+"""Two real daemons on a real ZooKeeper and one shared directory: a client given both
+as seeds submits through whichever it reaches first and lands on the leader; the
+follower answers reads from its replica and refuses state changes naming the leader;
+getLeader and ClusterSummary.nimbuses tell the truth on both; when the leader stops,
+the follower takes over, starts the topology, and acts on it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from thriftpy2.thrift import TApplicationException
+
+from nimbus_thrift.client import NimbusClient
+from nimbus_thrift.client.errors import ServerError
+from nimbus_thrift.nimbus import NimbusDaemon
+from nimbus_thrift.nimbus.config import load_config
+from support.nimbus import FakeLauncher, make_zip, port_of, wordcount
+from support.polling import wait_for_value
+
+
+class Pair:
+    def __init__(self, zookeeper: Any, tmp: Path) -> None:
+        self.root = zookeeper.root()
+        self.zookeeper = zookeeper
+        self.tmp = tmp
+        self.launchers: dict[str, FakeLauncher] = {}
+
+    def daemon(self, name: str) -> NimbusDaemon:
+        config = load_config(env={}, flags={
+            "ui_port": 0, "port": 0, "unix_socket": "", "data_dir": str(self.tmp / name),
+            "shared_dir": str(self.tmp / "shared"),
+            "zookeeper_servers": self.zookeeper.address, "zookeeper_root": self.root,
+            "zookeeper_session_timeout": 2.0})
+        self.launchers[name] = FakeLauncher()
+        d = NimbusDaemon(config, launcher=self.launchers[name])
+        d.start()
+        return d
+
+
+@pytest.fixture
+def pair(zookeeper: Any, tmp_path: Path) -> Iterator[tuple[Pair, list[NimbusDaemon]]]:
+    p = Pair(zookeeper, tmp_path)
+    running: list[NimbusDaemon] = []
+    yield p, running
+    for d in running:
+        d.stop(grace=2.0)
+
+
+def leading(d: NimbusDaemon) -> bool:
+    return d.ha is not None and d.ha.leading()
+
+
+def submit(client: NimbusClient, name: str) -> None:
+    def run() -> None:
+        location = client.beginFileUpload()
+        client.uploadChunk(location, make_zip())
+        client.finishFileUpload(location)
+        client.submitTopology(name, location, json.dumps({}), wordcount())
+    client.on_leader(run, what="the submit")
+
+
+def names(port: int) -> list[str]:
+    with NimbusClient("127.0.0.1", port, timeout=10) as client:
+        return [t.name for t in client.getClusterInfo().topologies]
+
+
+def test_a_follower_reads_refuses_and_takes_over(pair) -> None:
+    p, running = pair
+    a = p.daemon("a")
+    running.append(a)
+    wait_for_value(lambda: leading(a), "a leading", timeout=30)
+    b = p.daemon("b")
+    running.append(b)
+    pa, pb = port_of(a), port_of(b)
+
+    # Seeds in the follower's order first: the submit still lands on the leader.
+    with NimbusClient(hosts=[f"127.0.0.1:{pb}", f"127.0.0.1:{pa}"], timeout=10) as client:
+        submit(client, "wc")
+    wait_for_value(lambda: "wc" in names(pb), "the follower lists it", timeout=20)
+    assert names(pa) == ["wc"]
+    assert ("launch" in p.launchers["a"].methods(_id(pa, "wc"))
+            and p.launchers["b"].calls == [])
+
+    with NimbusClient("127.0.0.1", pb, timeout=10) as follower:
+        assert follower.getLeader().port == pa and follower.getLeader().isLeader
+        nimbuses = follower.getClusterInfo().nimbuses
+        assert sorted((n.port, n.isLeader) for n in nimbuses) == sorted(
+            [(pa, True), (pb, False)])
+        assert follower.getTopologyConf(_id(pa, "wc"))    # reads from its replica
+        with pytest.raises(ServerError) as refused:
+            follower.deactivate("wc")
+        assert refused.value.code == TApplicationException.INTERNAL_ERROR
+        assert refused.value.server_message == \
+            f"this nimbus is not the leader; the leader is 127.0.0.1:{pa}"
+    assert names(pa) == ["wc"] and _status(pa, "wc") == "ACTIVE"
+
+    # The leader stops: it stops what it ran, and the follower leads and starts it.
+    tid = _id(pa, "wc")
+    running.remove(a)
+    a.stop(grace=2.0)
+    assert "stop" in p.launchers["a"].methods(tid)
+    wait_for_value(lambda: leading(b), "b leading", timeout=30)
+    wait_for_value(lambda: "launch" in p.launchers["b"].methods(tid), "b starts it",
+                   timeout=20)
+    with NimbusClient("127.0.0.1", pb, timeout=10) as client:
+        assert client.getLeader().port == pb
+        client.deactivate("wc")
+    assert _status(pb, "wc") == "INACTIVE"
+
+
+def _id(port: int, name: str) -> str:
+    with NimbusClient("127.0.0.1", port, timeout=10) as client:
+        return next(t.id for t in client.getClusterInfo().topologies if t.name == name)
+
+
+def _status(port: int, name: str) -> str:
+    with NimbusClient("127.0.0.1", port, timeout=10) as client:
+        return str(next(t.status for t in client.getClusterInfo().topologies
+                        if t.name == name))
