@@ -121,3 +121,31 @@ def _status(port: int, name: str) -> str:
     with NimbusClient("127.0.0.1", port, timeout=10) as client:
         return str(next(t.status for t in client.getClusterInfo().topologies
                         if t.name == name))
+
+
+def test_a_new_leader_neither_starts_nor_removes_code_it_cannot_check(pair) -> None:
+    p, running = pair
+    a = p.daemon("a")
+    running.append(a)
+    wait_for_value(lambda: leading(a), "a leading", timeout=30)
+    b = p.daemon("b")
+    running.append(b)
+    pa, pb = port_of(a), port_of(b)
+    with NimbusClient("127.0.0.1", pa, timeout=10) as client:
+        submit(client, "wc")
+    wait_for_value(lambda: "wc" in names(pb), "the follower lists it", timeout=20)
+    tid = _id(pa, "wc")
+    # The shared copy of its code is damaged (a stale mount, a bad disk).
+    assert b.store is not None and b.handler is not None
+    rec = b.store.topology(tid)
+    assert rec is not None
+    b.handler.transfers.code_path(rec.code_upload).write_bytes(b"not the code submitted")
+    running.remove(a)
+    a.stop(grace=2.0)
+    wait_for_value(lambda: leading(b), "b leading", timeout=30)
+    errors = wait_for_value(
+        lambda: [e for e in b.store.errors(tid) if "not started on this nimbus" in e[1]],
+        "the refusal on record", timeout=20)
+    assert "has sha256" in errors[0][1]
+    assert "launch" not in p.launchers["b"].methods(tid)
+    assert names(pb) == ["wc"]                  # kept, for an operator to mend

@@ -41,14 +41,17 @@ def address_of(peer: NimbusPeer) -> str:
 
 class Leadership:
     """This nimbus's part in the election. ``on_gained()`` runs on the election's
-    thread once the epoch is written (it catches up; leading starts when it returns);
-    ``on_lost()`` when leadership ends for any reason but :meth:`stop`."""
+    thread once the epoch is written (it catches up; leading starts when it returns),
+    then ``on_leading()`` (what a leader does first: its own state changes are taken
+    by then); ``on_lost()`` when leadership ends for any reason but :meth:`stop`."""
 
     def __init__(self, coordinator: Coordinator, me: NimbusPeer,
-                 on_gained: Callable[[], None], on_lost: Callable[[], None]) -> None:
+                 on_gained: Callable[[], object], on_lost: Callable[[], None],
+                 on_leading: Callable[[], None] = lambda: None) -> None:
         self._zk = coordinator
         self.me = me
         self._on_gained = on_gained
+        self._on_leading = on_leading
         self._on_lost = on_lost
         self._election = coordinator.client.Election(LEADER, address_of(me))
         self._leading = False
@@ -158,7 +161,11 @@ class Leadership:
             return
         self._leading = True
         log.info("leading", nimbus=address_of(self.me), epoch=self.epoch,
-                 took_over_secs=round(time.monotonic() - started, 3))
+                 caught_up_secs=round(time.monotonic() - started, 3))
+        try:
+            self._on_leading()
+        except Exception:  # noqa: BLE001 - it leads all the same; the log says what failed
+            log.exception("leading_start_failed")
         self._end.wait()
         self._leading = False
         self.epoch = None

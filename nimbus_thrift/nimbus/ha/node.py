@@ -4,8 +4,8 @@ put together, and :class:`~..role.Role` answered from them.
 The daemon's order (daemon.py): :meth:`HaNimbus.open` connects and replays the journal
 into the store before anything is served, and from then on every commit of the store
 goes through the journal (refused while this nimbus does not lead); :meth:`begin`, once
-the server listens and its address is known, registers it and joins the election,
-whose ``on_gained`` first replays what is left of the journal.
+the server listens and its address is known, registers it and joins the election:
+once elected, it replays what is left of the journal, then leads.
 """
 
 from __future__ import annotations
@@ -54,11 +54,10 @@ class HaNimbus:
     def begin(self, me: NimbusPeer, on_gained: Callable[[], None],
               on_lost: Callable[[], None]) -> None:
         """Register ``me`` and contend; ``on_gained`` runs once this nimbus leads and
-        has every change of the journal, ``on_lost`` when it stops leading."""
-        def gained() -> None:
-            self.replica.catch_up()
-            on_gained()
-        self.leadership = Leadership(self.coordinator, me, gained, on_lost)
+        has every change of the journal (its state changes are taken by then),
+        ``on_lost`` when it stops leading."""
+        self.leadership = Leadership(self.coordinator, me, self.replica.catch_up, on_lost,
+                                     on_leading=on_gained)
         self._journal = ZkJournal(self.coordinator, self.leadership)
         self._store.set_journal(self._journal)
         self.leadership.start()

@@ -26,6 +26,7 @@ from ..security.runas import run_as_name
 from ..state.background import Job, SerialQueues
 from ..state.lifecycle import Status
 from ..state.store import Store, TopologyRecord
+from ..transfers.partfiles import file_sha256
 from ..transfers.uploads import Transfers
 from .infos import Infos
 
@@ -98,11 +99,34 @@ class Launching:
         self.call(topology_id, self._launcher.launch, spec)
 
     def launch_now(self, topology_id: str) -> None:
-        """Launch a stored topology as it is now (at the daemon's start)."""
+        """Launch a stored topology as it is now (at the daemon's start, and when a
+        nimbus takes over in HA mode)."""
         rec = self._store.topology(topology_id)
         if rec is not None:
+            if self._config.shared_dir is not None and not self._code_intact(rec):
+                return
             self._placement.materialise(rec.id, rec.conf)
             self.call(rec.id, self._launcher.launch, self.spec(rec))
+
+    def _code_intact(self, rec: TopologyRecord) -> bool:
+        """HA mode: the code this nimbus is about to start is the code submitted (the
+        shared directory may be unmounted, stale or damaged on this host). Otherwise
+        the topology is not started and the error says why, on the topology."""
+        path = self._transfers.code_path(rec.code_upload)
+        try:
+            digest = file_sha256(path)
+        except OSError as exc:
+            problem = f"cannot read its code at {path}: {exc.strerror or exc}"
+        else:
+            if digest == rec.code_sha256:
+                return True
+            problem = (f"its code at {path} has sha256 {digest}, not the {rec.code_sha256} "
+                       f"submitted")
+        message = f"not started on this nimbus: {problem}; check shared_dir here"
+        log.error("topology_code_unreadable", topology=rec.id, problem=problem,
+                  effect="not started; kept")
+        self._store.add_error(rec.id, NIMBUS_COMPONENT, message, int(self._clock()))
+        return False
 
     def rebalance_now(self, topology_id: str) -> None:
         """Tell the launcher the topology's parallelism as stored now."""

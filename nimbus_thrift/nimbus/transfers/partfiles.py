@@ -49,6 +49,15 @@ def seal(part: Path, final: Path, size: int) -> str:
     return digest.hexdigest()
 
 
+def file_sha256(path: Path) -> str:
+    """The sha256 (hex) of the file at ``path``, read in blocks. Raises OSError."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(HASH_BLOCK_BYTES), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def reclaim(part: Path, final: Path, acknowledged: int) -> bool:
     """After a restart, for an upload whose row is still open: whether its ``part``
     holds the ``acknowledged`` bytes (then it is trimmed to them). A ``final`` without
