@@ -6,6 +6,7 @@ the follower takes over, starts the topology, and acts on it."""
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from thriftpy2.thrift import TApplicationException
 
 from nimbus_thrift.client import NimbusClient
+from nimbus_thrift.client.blobs import download_blob, parse_acl, upload_blob
 from nimbus_thrift.client.errors import ServerError
 from nimbus_thrift.nimbus import NimbusDaemon
 from nimbus_thrift.nimbus.config import load_config
@@ -97,6 +99,17 @@ def test_a_follower_reads_refuses_and_takes_over(pair) -> None:
         assert refused.value.server_message == \
             f"this nimbus is not the leader; the leader is 127.0.0.1:{pa}"
     assert names(pa) == ["wc"] and _status(pa, "wc") == "ACTIVE"
+
+    # A blob made on the leader is read on the follower, from the shared directory.
+    with NimbusClient("127.0.0.1", pa, timeout=10) as client:
+        upload_blob(client, "words.txt", io.BytesIO(b"the quick fox"), create=True,
+                    acl=parse_acl("o::rwa"))
+    with NimbusClient("127.0.0.1", pb, timeout=10) as follower:
+        out = io.BytesIO()
+        wait_for_value(lambda: follower.call("isRemoteBlobExists", "words.txt"),
+                       "the follower knows the blob", timeout=20)
+        assert download_blob(follower, "words.txt", out) == 13
+        assert out.getvalue() == b"the quick fox"
 
     # The leader stops: it stops what it ran, and the follower leads and starts it.
     tid = _id(pa, "wc")

@@ -123,7 +123,7 @@ class BlobStore:
            clock: Callable[[], float]) -> "BlobStore":
         """The daemon's blob store, from its settings (those of code uploads: a blob is
         an upload with a name)."""
-        return cls(store, config.data_dir, transfers, topologies_dir=topologies_dir,
+        return cls(store, config.files_dir, transfers, topologies_dir=topologies_dir,
                    max_blob_bytes=config.max_upload_bytes,
                    expiration_secs=config.file_copy_expiration_secs,
                    chunk_bytes=config.download_chunk_bytes, clock=clock,
