@@ -6,6 +6,7 @@ the follower takes over, starts the topology, and acts on it."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from collections.abc import Iterator
@@ -162,3 +163,26 @@ def test_a_new_leader_neither_starts_nor_removes_code_it_cannot_check(pair) -> N
     assert "has sha256" in errors[0][1]
     assert "launch" not in p.launchers["b"].methods(tid)
     assert names(pb) == ["wc"]                  # kept, for an operator to mend
+
+
+def test_a_daemon_that_cannot_reach_zookeeper_says_so_and_keeps_nothing(tmp_path) -> None:
+    from nimbus_thrift.nimbus import DaemonError
+    from support.rawthrift import refused_port
+
+    with refused_port() as port:
+        config = load_config(env={}, flags={
+            "ui_port": 0, "port": 0, "unix_socket": "", "data_dir": str(tmp_path / "a"),
+            "shared_dir": str(tmp_path / "shared"),
+            "zookeeper_servers": f"127.0.0.1:{port}", "zookeeper_session_timeout": 1.0})
+        d = NimbusDaemon(config, launcher=FakeLauncher())
+        with pytest.raises(DaemonError, match=rf"cannot reach ZooKeeper at 127.0.0.1:{port} "
+                                              r"within 2 s \(zookeeper_servers\)"):
+            d.start()
+    assert d.server is None and d.store is None and d.ha is None
+    # The data directory is free again: a second start gets as far as ZooKeeper.
+    with refused_port() as port:
+        again = NimbusDaemon(dataclasses.replace(config,
+                                                 zookeeper_servers=(f"127.0.0.1:{port}",)),
+                             launcher=FakeLauncher())
+        with pytest.raises(DaemonError, match="cannot reach ZooKeeper"):
+            again.start()

@@ -21,8 +21,9 @@ from .coordinator import Coordinator
 from .leadership import Leadership, address_of
 from .replication import NotLeaderError, Replica, ZkJournal
 
-#: How long the daemon waits for ZooKeeper at start before it gives up saying so.
-CONNECT_TIMEOUT_SECS = 30.0
+#: How long the daemon waits for ZooKeeper at start before it gives up saying so, in
+#: session timeouts: a server that does not answer within two would lose the session.
+CONNECT_TIMEOUT_SESSIONS = 2.0
 
 
 class _Closed:
@@ -39,16 +40,17 @@ class HaNimbus:
         assert config.zookeeper_servers
         self.coordinator = Coordinator(list(config.zookeeper_servers), config.zookeeper_root,
                                        config.zookeeper_session_timeout)
+        self._connect_timeout = CONNECT_TIMEOUT_SESSIONS * config.zookeeper_session_timeout
         self._store = store
         self.replica = Replica(self.coordinator, store)
         self.leadership: Leadership | None = None
         self._journal: ZkJournal | None = None
 
-    def open(self, connect_timeout: float = CONNECT_TIMEOUT_SECS) -> None:
+    def open(self) -> None:
         """Connect, close the store to commits of its own, replay the journal.
         Raises coordinator.CoordinationError (ZooKeeper unreachable)."""
         self._store.set_journal(_Closed())
-        self.coordinator.start(connect_timeout)
+        self.coordinator.start(self._connect_timeout)
         self.replica.start()
 
     def begin(self, me: NimbusPeer, on_gained: Callable[[], None],
