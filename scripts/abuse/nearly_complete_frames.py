@@ -74,7 +74,6 @@ class Attacker(threading.Thread):
 
 def main() -> None:
     p = parser(__doc__ or "")
-    p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--rate", type=float, default=2_000_000,
                    help="bytes/s each attacking address sends, over all its connections")
     p.add_argument("--connections", type=int, default=16, help="per attacking address")
@@ -111,6 +110,8 @@ def main() -> None:
               f"for {args.seconds:.0f} s: {frames} frames sent, {closed} closed by the "
               f"server; daemon RSS {before:.0f} -> peak {peak:.0f} MiB")
         print("  " + probe.report("good client (getLeader)"))
+        for error in sorted(set(probe.errors))[:3]:
+            print(f"    e.g. {error}")
 
 
 if __name__ == "__main__":
