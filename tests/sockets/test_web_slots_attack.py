@@ -15,7 +15,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from nimbus_thrift.nimbus.web.limits import HANDSHAKE_TIMEOUT
+from nimbus_thrift.nimbus.web import HttpServer
+from nimbus_thrift.nimbus.web.limits import HANDSHAKE_TIMEOUT, HttpLimits
+from nimbus_thrift.nimbus.web.messages import Response
 
 from support.attacked_daemon import AttackedDaemon
 from support.certs import make_pki
@@ -87,3 +89,21 @@ def test_a_connection_that_never_shakes_hands_is_closed_at_the_handshake_deadlin
     with silent(ui_address(daemon), "127.0.0.2") as sock:
         # Well before header_timeout (10 s) ran out for it, as it did before.
         assert closed_by_peer(sock, wait=HANDSHAKE_TIMEOUT + 3.0)
+
+
+def test_a_plain_connection_must_send_its_first_byte_within_first_bytes_timeout() -> None:
+    # In process, with a short first-bytes deadline and a long header_timeout: the
+    # silent connection goes at the first, the one that started a request is read on.
+    server = HttpServer(lambda request: Response.text("ok"), host="127.0.0.1", port=0,
+                        limits=HttpLimits(first_bytes_timeout=0.5, header_timeout=30.0))
+    address = server.start()
+    try:
+        with silent(address, "127.0.0.2") as quiet, silent(address, "127.0.0.3") as started:
+            started.sendall(b"GET / HTTP/1.1\r\n")
+            assert closed_by_peer(quiet, wait=10.0)
+            assert not closed_by_peer(started)
+            started.sendall(b"Host: x\r\n\r\n")
+            assert started.recv(100).startswith(b"HTTP/1.1 200")
+        assert server.counters.timeouts >= 1
+    finally:
+        server.stop()
