@@ -126,6 +126,11 @@ DEFAULT_LAUNCHER_REPLY_WAIT_SECS = 1.0
 #: Storm's ui.port: the HTTP side's default port (also Spark's standalone master UI's:
 #: set ui_port when both run on one machine).
 DEFAULT_UI_PORT = 8080
+#: HA mode: how long ZooKeeper keeps a silent nimbus's session, so its leadership.
+#: A killed leader is replaced about this long after its death (then the new leader
+#: catches up and takes over): 6 s keeps the worst failover under 10 s with the client
+#: finding the new leader (scripts/bench/failover.py); Storm's is 20 s.
+DEFAULT_ZOOKEEPER_SESSION_TIMEOUT = 6.0
 #: ui_port's "any free port" (0 is "off", as a port of 0 cannot be asked for).
 UI_PORT_ANY = -1
 
@@ -544,10 +549,12 @@ class NimbusConfig:
         "/nimbus-thrift", section=HA, check=_check_zookeeper_root,
         doc="The ZooKeeper path under which one cluster of nimbuses keeps its nodes.")
     zookeeper_session_timeout: float = setting(
-        10.0, section=HA,
+        DEFAULT_ZOOKEEPER_SESSION_TIMEOUT, section=HA,
         doc="How long a nimbus that ZooKeeper stops hearing from keeps its leadership: "
             "the bulk of a failover's time.",
-        details="Storm's storm.zookeeper.session.timeout is 20 s.")
+        details="Storm's storm.zookeeper.session.timeout is 20 s. Lower fails over "
+                "sooner, but a leader whose pause (a long garbage collection, a "
+                "swapping host) outlasts it loses its leadership.")
     shared_dir: Path | None = setting(
         None, section=HA, default_text="none",
         doc="HA mode: the directory of the topologies' code and work directories and of "

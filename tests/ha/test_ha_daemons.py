@@ -186,3 +186,30 @@ def test_a_daemon_that_cannot_reach_zookeeper_says_so_and_keeps_nothing(tmp_path
                              launcher=FakeLauncher())
         with pytest.raises(DaemonError, match="cannot reach ZooKeeper"):
             again.start()
+
+
+def test_a_returning_daemon_follows_and_catches_up(pair) -> None:
+    p, running = pair
+    a = p.daemon("a")
+    running.append(a)
+    wait_for_value(lambda: leading(a), "a leading", timeout=30)
+    b = p.daemon("b")
+    running.append(b)
+    with NimbusClient("127.0.0.1", port_of(a), timeout=10) as client:
+        submit(client, "wc")
+    running.remove(a)
+    a.stop(grace=2.0)
+    wait_for_value(lambda: leading(b), "b leading", timeout=30)
+    with NimbusClient("127.0.0.1", port_of(b), timeout=10) as client:
+        client.deactivate("wc")
+        submit(client, "later")
+    # The former leader comes back on its old data directory: it follows, and its copy
+    # gets what was done while it was away.
+    back = p.daemon("a")
+    running.append(back)
+    wait_for_value(lambda: sorted(names(port_of(back))) == ["later", "wc"],
+                   "the returning daemon caught up", timeout=20)
+    assert _status(port_of(back), "wc") == "INACTIVE"
+    assert not leading(back) and leading(b)
+    with NimbusClient("127.0.0.1", port_of(back), timeout=10) as client:
+        assert client.getLeader().port == port_of(b)
