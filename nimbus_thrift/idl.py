@@ -1,17 +1,20 @@
 """Where the project's IDL files are, loading them with thriftpy2, and the few facts of
 the Nimbus contract that the IDL file cannot say (shared by the daemon and its clients).
 
-The files live in the repository's top-level ``idl/`` (the contract other
-languages compile). A source checkout or editable install reads them there; a
-wheel installs them under ``<prefix>/share/nimbus-thrift/idl`` (see setup.cfg).
+The files ship inside the package (``nimbus_thrift/idl_files/``, package data) and are
+read with :mod:`importlib.resources`, so every kind of install finds them: a venv,
+``pip install --user``, ``--target``, ``--prefix``, a zip. The repository's top-level
+``idl/`` holds the same files for other languages to compile;
+tests/unit/test_idl_files.py keeps the two byte for byte equal.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import sys
 from functools import lru_cache
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from types import ModuleType
 
@@ -48,32 +51,46 @@ def default_unix_socket() -> Path:
     return default_data_dir() / UNIX_SOCKET_NAME
 
 
-def idl_dir() -> Path:
-    """Return the directory holding ``demo.thrift`` and ``nimbus.thrift``.
+#: The package-data folder holding the IDL files (beside this module).
+IDL_FILES = "idl_files"
+
+
+def idl_resource(name: str) -> Traversable:
+    """The packaged IDL file ``name`` (for example ``demo.thrift``), as a resource.
 
     Raises:
-        FileNotFoundError: neither the checkout nor the installed copy exists.
+        FileNotFoundError: the package has no such IDL file.
     """
-    candidates = [
-        Path(__file__).resolve().parent.parent / "idl",
-        Path(sys.prefix) / "share" / "nimbus-thrift" / "idl",
-    ]
-    for candidate in candidates:
-        if (candidate / "demo.thrift").is_file():
-            return candidate
-    raise FileNotFoundError(
-        "cannot find the IDL directory; looked in " + ", ".join(map(str, candidates))
-    )
+    resource = resources.files(__package__ or "nimbus_thrift") / IDL_FILES / name
+    if not resource.is_file():
+        raise FileNotFoundError(f"the package has no IDL file {name!r} "
+                                f"(looked for {resource})")
+    return resource
+
+
+def idl_dir() -> Path:
+    """Return the directory holding ``demo.thrift`` and ``nimbus.thrift``, for tools that
+    need a path on disk (the Thrift compiler).
+
+    Raises:
+        FileNotFoundError: the package is not installed as files (a zip, say): the IDL
+            is readable with :func:`idl_resource` but has no directory.
+    """
+    folder = resources.files(__package__ or "nimbus_thrift") / IDL_FILES
+    if not isinstance(folder, Path) or not (folder / "demo.thrift").is_file():
+        raise FileNotFoundError(f"the package's IDL files are not a directory on disk "
+                                f"({folder}); read them with idl_resource()")
+    return folder
 
 
 def idl_path(name: str) -> Path:
-    """Return the path of ``idl/<name>`` (for example ``demo.thrift``)."""
+    """Return the path of the packaged ``<name>`` (for example ``demo.thrift``)."""
     return idl_dir() / name
 
 
 @lru_cache(maxsize=None)
 def load(name: str) -> ModuleType:
-    """Load ``idl/<name>`` with thriftpy2, once per process.
+    """Load the packaged IDL file ``name`` with thriftpy2, once per process.
 
     The module name is derived from the file name (``demo.thrift`` -> ``demo_thrift``),
     as thriftpy2 requires, so its structs pickle and compare consistently. thriftpy2
@@ -82,14 +99,17 @@ def load(name: str) -> ModuleType:
     """
     import thriftpy2  # here: the CLI reads NIMBUS_PORT without paying for thriftpy2
 
-    path = idl_path(name)
-    module_name = path.stem + "_thrift"
+    stem = name.removesuffix(".thrift")
+    module_name = stem + "_thrift"
     if module_name == __package__:
-        module_name = path.stem + "_idl_thrift"
-    return thriftpy2.load(str(path), module_name=module_name)
+        module_name = stem + "_idl_thrift"
+    # thriftpy2 parses a path; as_file is the file itself in any installed package and a
+    # temporary copy only when the package is zipped (the files include nothing else).
+    with resources.as_file(idl_resource(name)) as path:
+        return thriftpy2.load(str(path), module_name=module_name)
 
 
 def nimbus_idl() -> ModuleType:
-    """The thriftpy2 module of ``idl/nimbus.thrift`` (``nimbus_idl_thrift``), loaded once:
+    """The thriftpy2 module of ``nimbus.thrift`` (``nimbus_idl_thrift``), loaded once:
     the structs Nimbus calls take and return, the exceptions they raise."""
     return load("nimbus.thrift")
