@@ -48,12 +48,12 @@ import json
 import os
 import sqlite3
 import threading
-from collections import OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .journal import Change, Journal, Statement
+from .static_cache import StaticCache
 from .rows import Action, Blob, BlobUpload, TopologyListing, TopologyRecord, Upload
 
 SCHEMA_VERSION = 1
@@ -132,9 +132,6 @@ MAX_ERRORS_PER_TOPOLOGY = 100
 #: Idle read-only connections kept for reuse: a connection costs ~100 us to open, and
 #: more than this many concurrent readers are rare (extra ones are closed after use).
 MAX_IDLE_READERS = 16
-#: Bytes of stored conf and topology kept parsed in memory (least recently used go
-#: first): 50 topologies with 1 MB confs fit; past that a query re-reads the row.
-STATIC_CACHE_BYTES = 64 << 20
 
 #: The columns of a topology that change after submit, in table order, then the size
 #: of the immutable ones (for the cache's accounting).
@@ -185,9 +182,7 @@ class Store:
         self._pool_lock = threading.Lock()
         self._readers: list[sqlite3.Connection] = []
         self._closed = False
-        self._static: OrderedDict[str, tuple[int, dict[str, Any], bytes]] = OrderedDict()
-        self._static_bytes = 0
-        self._static_lock = threading.Lock()
+        self._static = StaticCache()
         #: Told a topology's id after each commit that changed its row or its errors
         #: (:meth:`watch`); ids changed by the transaction in progress wait in _changed.
         self._watchers: list[Callable[[str], None]] = []
@@ -462,37 +457,25 @@ class Store:
     def _static_of(self, topology_id: str, size: int
                    ) -> tuple[dict[str, Any], bytes] | None:
         """The topology's conf (parsed) and structure (bytes), from the cache or read."""
-        with self._static_lock:
-            cached = self._static.get(topology_id)
-            if cached is not None:
-                self._static.move_to_end(topology_id)
-                return cached[1], cached[2]
+        cached = self._static.get(topology_id)
+        if cached is not None:
+            return cached
         rows = self._query("SELECT conf, topology FROM topologies WHERE id=?",
                            (topology_id,))
         if not rows:       # deleted between the two reads: as if read a moment later
             return None
         conf, topology = json.loads(rows[0][0]), bytes(rows[0][1])
         # Not inside a transaction: what it reads may still be rolled back.
-        if not self._in_transaction() and size <= STATIC_CACHE_BYTES // 4:
-            with self._static_lock:
-                if topology_id not in self._static:
-                    self._static[topology_id] = (size, conf, topology)
-                    self._static_bytes += size
-                while self._static_bytes > STATIC_CACHE_BYTES and self._static:
-                    _, (old, _, _) = self._static.popitem(last=False)
-                    self._static_bytes -= old
+        if not self._in_transaction():
+            self._static.put(topology_id, size, conf, topology)
         return conf, topology
 
     def _forget(self, topology_id: str) -> None:
-        with self._static_lock:
-            cached = self._static.pop(topology_id, None)
-            if cached is not None:
-                self._static_bytes -= cached[0]
+        self._static.forget(topology_id)
 
     def cached_ids(self) -> set[str]:
         """Ids whose conf and structure are cached (for tests and diagnostics)."""
-        with self._static_lock:
-            return set(self._static)
+        return self._static.ids()
 
     def set_status(self, topology_id: str, status: str, prev_status: str | None) -> None:
         self._run("UPDATE topologies SET status=?, prev_status=? WHERE id=?",
