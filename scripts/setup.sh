@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up everything nimbus-thrift needs on a fresh Debian/Ubuntu machine, idempotently:
-#   - a virtualenv in .venv with the package (editable) and its test extras;
+#   - a virtualenv in .venv with the package (editable) and its test, spark and ha extras;
 #   - the real Thrift peers the interoperability tests talk to (scripts/install_interop.sh);
 #   - Debian's ZooKeeper for the HA tests (scripts/install_zookeeper.sh);
 #   - the Spark driver's class archive (`nimbus-thrift warm-up`: about a minute, once), so
@@ -35,9 +35,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.nimbus-setup-stamp
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ]; then
-  echo "setup: installing nimbus-thrift and its test extras into .venv"
+  echo "setup: installing nimbus-thrift and its test, spark and ha extras into .venv"
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e '.[test]'
+  # spark: PySpark, pandas, pyarrow (the base install runs no topology); ha: kazoo.
+  .venv/bin/python -m pip install --quiet -e '.[test,spark,ha]'
   touch "$stamp"
 fi
 # An edited accelerator is rebuilt (the editable install builds them all in place). A

@@ -66,8 +66,9 @@ def default_submit(spark_home: Path | None) -> Path:
     """
     if spark_home is None:
         raise LauncherError(
-            f"PySpark is not installed for {sys.executable}: install it "
-            "(pip install pyspark) or run topologies nowhere with --launcher none")
+            f"PySpark is not installed for {sys.executable}: install the spark extra "
+            "(pip install 'nimbus-thrift[spark]') or run topologies nowhere with "
+            "--launcher none")
     submit = spark_home / "bin" / "spark-submit"
     if not os.access(submit, os.X_OK):
         raise LauncherError(f"{submit} is missing or not executable; reinstall PySpark "
