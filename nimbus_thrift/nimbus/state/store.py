@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .journal import Change, Journal, Statement
+from .readers import ReaderPool
 from .static_cache import StaticCache
 from .rows import Action, Blob, BlobUpload, TopologyListing, TopologyRecord, Upload
 
@@ -129,9 +130,6 @@ CREATE INDEX IF NOT EXISTS blob_owners_by_owner ON blob_owners(owner);
 
 #: Errors kept per topology: the newest, so a crash loop cannot grow the database.
 MAX_ERRORS_PER_TOPOLOGY = 100
-#: Idle read-only connections kept for reuse: a connection costs ~100 us to open, and
-#: more than this many concurrent readers are rare (extra ones are closed after use).
-MAX_IDLE_READERS = 16
 
 #: The columns of a topology that change after submit, in table order, then the size
 #: of the immutable ones (for the cache's accounting).
@@ -179,8 +177,7 @@ class Store:
         self._syncing = 0                       # fsyncs running (close waits for none)
         self._depth = 0
         self._owner: int | None = None      # the thread inside a transaction
-        self._pool_lock = threading.Lock()
-        self._readers: list[sqlite3.Connection] = []
+        self._readers = ReaderPool(path)
         self._closed = False
         self._static = StaticCache()
         #: Told a topology's id after each commit that changed its row or its errors
@@ -209,11 +206,8 @@ class Store:
             raise
 
     def close(self) -> None:
-        with self._pool_lock:
-            self._closed = True
-            readers, self._readers = self._readers, []
-        for conn in readers:
-            conn.close()
+        self._closed = True
+        self._readers.close()
         with self._lock:
             self._db.close()
         with self._wal_lock:
@@ -304,6 +298,51 @@ class Store:
                 self._journal = journal
         return True
 
+    # --- a replica's copy as a whole (HA mode) -----------------------------------------
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """No commit of this store happens while the block runs."""
+        with self._lock:
+            yield
+
+    def is_empty(self) -> bool:
+        """True when no table holds a row (meta aside): nothing to lose."""
+        return not any(self._query(f"SELECT 1 FROM {table} LIMIT 1") for table in (
+            "topologies", "uploads", "blobs", "blob_uploads", "errors", "actions"))
+
+    def local_meta(self, key: str) -> str | None:
+        rows = self._query("SELECT value FROM meta WHERE key=?", (key,))
+        return str(rows[0][0]) if rows else None
+
+    def set_local_meta(self, key: str, value: str | int) -> None:
+        """A meta value of this copy alone (not journaled): its cluster, its position."""
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def backup_to(self, path: Path) -> None:
+        """A consistent copy of the database at ``path`` (SQLite's backup)."""
+        with self._lock:
+            target = sqlite3.connect(path)
+            try:
+                self._db.backup(target)
+            finally:
+                target.close()
+
+    def restore_from(self, path: Path) -> None:
+        """Replace every row with those of the database at ``path`` (a snapshot of
+        another copy); the watchers are told of every topology before and after."""
+        with self._lock:
+            before = set(self.topology_ids())
+            source = sqlite3.connect(path)
+            try:
+                source.backup(self._db)
+            finally:
+                source.close()
+            self._static.clear()
+            changed = before | set(self.topology_ids())
+        for topology_id in changed:
+            self.notify(topology_id)
+
     def _sync(self) -> None:
         """Make every commit so far durable: fsync the WAL (its frames are written at
         the commit, under the writer's lock; this runs after it)."""
@@ -352,38 +391,11 @@ class Store:
         if self._in_transaction():
             with self._lock:
                 return self._db.execute(sql, params).fetchall()
-        conn = self._lend_reader()
+        conn = self._readers.lend()
         try:
             return conn.execute(sql, params).fetchall()
         finally:
-            self._return_reader(conn)
-
-    def _lend_reader(self) -> sqlite3.Connection:
-        with self._pool_lock:
-            if self._closed:
-                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
-            if self._readers:
-                return self._readers.pop()
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        try:
-            # The writer's settings, so that a read answers the same (synchronous is
-            # moot: a reader never commits); query_only makes a write through a reader
-            # an error rather than a second writer.
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("PRAGMA busy_timeout=5000")
-            conn.execute("PRAGMA query_only=ON")
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _return_reader(self, conn: sqlite3.Connection) -> None:
-        with self._pool_lock:
-            if not self._closed and len(self._readers) < MAX_IDLE_READERS:
-                self._readers.append(conn)
-                return
-        conn.close()
+            self._readers.give_back(conn)
 
     # --- ids ------------------------------------------------------------------------
     def next_counter(self) -> int:

@@ -39,21 +39,21 @@ def test_a_pooled_reader_sees_each_later_commit(store: Store) -> None:
     rec = record()
     store.insert_topology(rec)
     assert store.topology(rec.id).status == "ACTIVE"     # type: ignore[union-attr]
-    pooled = list(store._readers)
+    pooled = list(store._readers.idle)
     assert pooled                                       # the reader went back to the pool
     for status in ("INACTIVE", "ACTIVE", "KILLED"):
         store.set_status(rec.id, status, None)
         assert store.topology(rec.id).status == status   # type: ignore[union-attr]
-    assert store._readers == pooled                     # ... and was the one reused
+    assert store._readers.idle == pooled                     # ... and was the one reused
 
 
 def test_readers_are_read_only(store: Store) -> None:
-    conn = store._lend_reader()
+    conn = store._readers.lend()
     try:
         with pytest.raises(sqlite3.OperationalError):
             conn.execute("DELETE FROM topologies")
     finally:
-        store._return_reader(conn)
+        store._readers.give_back(conn)
 
 
 def test_a_write_commits_while_a_read_holds_its_snapshot(store: Store) -> None:
@@ -65,7 +65,7 @@ def test_a_write_commits_while_a_read_holds_its_snapshot(store: Store) -> None:
     reading, written, seen = threading.Event(), threading.Event(), []
 
     def slow_read() -> None:
-        conn = store._lend_reader()
+        conn = store._readers.lend()
         try:
             conn.execute("BEGIN")
             seen.append(conn.execute("SELECT status FROM topologies").fetchall())
@@ -75,7 +75,7 @@ def test_a_write_commits_while_a_read_holds_its_snapshot(store: Store) -> None:
             seen.append(conn.execute("SELECT status FROM topologies").fetchall())
             conn.execute("COMMIT")
         finally:
-            store._return_reader(conn)
+            store._readers.give_back(conn)
 
     reader = threading.Thread(target=slow_read)
     reader.start()
@@ -107,7 +107,7 @@ def test_many_reads_in_flight_do_not_hold_up_a_write(store: Store) -> None:
     lock = threading.Lock()
 
     def read() -> None:
-        conn = store._lend_reader()
+        conn = store._readers.lend()
         try:
             conn.execute("BEGIN")
             conn.execute("SELECT status FROM topologies").fetchall()
@@ -115,7 +115,7 @@ def test_many_reads_in_flight_do_not_hold_up_a_write(store: Store) -> None:
             assert go.wait(HANG)
             conn.execute("COMMIT")
         finally:
-            store._return_reader(conn)
+            store._readers.give_back(conn)
         status = store.topology(rec.id).status                # type: ignore[union-attr]
         with lock:
             after.append(status)
