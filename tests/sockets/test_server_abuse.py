@@ -44,13 +44,14 @@ def test_declared_frames_are_charged_as_bytes_arrive(demo):
     up-front reservation these 20 would have needed 20 MB of a 2 MB budget, parked, and
     the well-behaved client's frame with them. (Each attacker has an address of its
     own: from one address, max_read_buffer_bytes_per_peer refuses the second
-    declaration; see test_one_address_cannot_declare_more_than_its_share.)"""
+    declaration; see test_one_address_cannot_declare_more_than_its_share. Its own /24,
+    too: the large frames of one /24 share one share, test_server_read_budget.py.)"""
     budget = 2_000_000
     with serve(demo, max_read_buffer_bytes=budget, max_frame_size=1_000_000) as server, \
             connect(server.address) as good:
         served(demo, good)
-        droppers = [connect(server.address, source=f"127.0.1.{i}") for i in range(1, 21)]
-        silent = [connect(server.address, source=f"127.0.2.{i}") for i in range(1, 21)]
+        droppers = [connect(server.address, source=f"127.1.{i}.1") for i in range(1, 21)]
+        silent = [connect(server.address, source=f"127.2.{i}.1") for i in range(1, 21)]
         try:
             for sock in droppers:
                 sock.sendall(struct.pack(">i", 1_000_000) + b"\x80")
@@ -193,10 +194,12 @@ def test_one_address_cannot_declare_more_than_its_share(demo, logs):
     """Frames sent all but their last byte hold everything they sent. From one address
     they may declare max_read_buffer_bytes_per_peer in all; the frame past it is refused
     at its length (PROTOCOL_ERROR naming the limit), so the rest of the budget stays
-    for other clients, and the share comes back when the address's frames end."""
+    for other clients, and the share comes back when the address's frames end. (These
+    frames are large, over 64 KiB: their share is the attacker's /24's, so the other
+    client is in another.)"""
     with serve(demo, max_read_buffer_bytes=1_000_000, max_read_buffer_bytes_per_peer=250_000,
                max_frame_size=200_000, write_timeout=5) as server, \
-            connect(server.address) as good:
+            connect(server.address, source="127.0.1.1") as good:
         whole = call(demo.Echo, "echo_binary", seqid=9, data=b"a" * 150_000)
         first = connect(server.address, source=ATTACKER)
         second = connect(server.address, source=ATTACKER)
@@ -211,7 +214,7 @@ def test_one_address_cannot_declare_more_than_its_share(demo, logs):
             assert "max_read_buffer_bytes_per_peer" in reply.body.message
             assert f"already declare {len(whole) - 4} bytes" in reply.body.message
             assert wait_closed(second) == b""
-            # Another address is not affected: a frame as large goes through at once.
+            # Another /24 is not affected: a frame as large goes through at once.
             reply = roundtrip(good, call(demo.Echo, "echo_binary", data=b"g" * 150_000),
                               demo.Echo)
             assert reply.body.success == b"g" * 150_000
