@@ -222,7 +222,6 @@ def _open_ha(config: NimbusConfig, store: Store) -> Any:
     try:
         ha.open()
     except CoordinationError as exc:
-        ha.coordinator.stop()
         raise DaemonError(str(exc)) from None
     return ha
 

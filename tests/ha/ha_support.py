@@ -1,5 +1,5 @@
-"""Helpers of the HA tests: a nimbus's coordination parts on a real ZooKeeper, without
-the daemon around them."""
+"""Helpers of the HA tests: a nimbus's HA parts (nimbus/ha/node.py) over a store on a
+real ZooKeeper, without the daemon around them."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from nimbus_thrift.nimbus.ha.coordinator import Coordinator
-from nimbus_thrift.nimbus.ha.leadership import Leadership
+from nimbus_thrift.nimbus.ha.node import HaNimbus
+from nimbus_thrift.nimbus.ha.replication import COMPACT_EVERY
 from nimbus_thrift.nimbus.role import NimbusPeer
-from nimbus_thrift.nimbus.ha.replication import Replica, ZkJournal
+from nimbus_thrift.nimbus.settings import NimbusConfig
 from nimbus_thrift.nimbus.state.store import Store
 
 #: Short sessions: a lost nimbus is noticed in about this long.
@@ -20,37 +20,41 @@ SESSION_SECS = 2.0
 
 
 class Node:
-    """One nimbus's store, session, election, journal and replica."""
+    """One nimbus's store and HA parts; ``gained``/``lost`` count the leader's terms."""
 
-    def __init__(self, zookeeper: Any, root: str, tmp: Path, port: int) -> None:
-        self.store = Store(tmp / f"state-{port}.sqlite3")
-        self.zk = Coordinator([zookeeper.address], root, SESSION_SECS)
+    def __init__(self, zookeeper: Any, root: str, tmp: Path, port: int,
+                 compact_every: int = COMPACT_EVERY, data: str | None = None) -> None:
+        self.port = port
+        self.config = NimbusConfig(
+            data_dir=tmp / (data or f"data-{port}"), shared_dir=tmp / "shared",
+            zookeeper_servers=(zookeeper.address,), zookeeper_root=root,
+            zookeeper_session_timeout=SESSION_SECS)
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.store = Store(self.config.data_dir / "state.sqlite3")
+        self.ha = HaNimbus(self.config, self.store, compact_every=compact_every)
+        self.zk = self.ha.coordinator
+        self.replica = self.ha.replica
         self.gained = 0
         self.lost = 0
-        self.replica = Replica(self.zk, self.store)
-        self.leadership = Leadership(
-            self.zk, NimbusPeer("127.0.0.1", port, time.time(), "test"),
-            on_gained=self._gained, on_lost=self._lost)
-        self.journal = ZkJournal(self.zk, self.leadership)
-        self.store.set_journal(self.journal)
+
+    @property
+    def leadership(self) -> Any:
+        return self.ha.leadership
+
+    def start(self) -> Node:
+        self.ha.open()
+        self.ha.begin(NimbusPeer("127.0.0.1", self.port, time.time(), "test"),
+                      on_gained=self._gained, on_lost=self._lost)
+        return self
 
     def _gained(self) -> None:
         self.gained += 1
-        self.replica.catch_up()
 
     def _lost(self) -> None:
         self.lost += 1
 
-    def start(self) -> Node:
-        self.zk.start(connect_timeout=20)
-        self.replica.start()
-        self.leadership.start()
-        return self
-
     def stop(self) -> None:
-        self.leadership.stop()
-        self.replica.stop()
-        self.zk.stop()
+        self.ha.close()
         self.store.close()
 
 

@@ -50,6 +50,7 @@ class Coordinator:
         self.client = KazooClient(hosts=",".join(self.servers) + self.root,
                                   timeout=session_timeout)
         self._listeners: list[Callable[[str], None]] = []
+        self._stopped = False
         self.client.add_listener(self._on_state)
 
     def start(self, connect_timeout: float) -> None:
@@ -75,6 +76,8 @@ class Coordinator:
         except KazooTimeoutError:
             client.stop()
             client.close()
+            if client is self.client:
+                self._stopped = True
             raise CoordinationError(
                 f"cannot reach ZooKeeper at {','.join(self.servers)} within "
                 f"{connect_timeout:g} s (zookeeper_servers)") from None
@@ -92,6 +95,10 @@ class Coordinator:
             listener(name)
 
     def stop(self) -> None:
+        """End the session (again: nothing)."""
+        if self._stopped:
+            return
+        self._stopped = True
         try:
             self.client.stop()
         finally:

@@ -3,17 +3,22 @@ before committing it (state/journal.py), every nimbus replays it into its own st
 
 Writing (:class:`ZkJournal`, the leader's store's journal): one ZooKeeper transaction
 checks ``/epoch`` still has the version this nimbus wrote when it gained leadership and
-creates the next sequential ``/log/e-<position>`` node; ZooKeeper acknowledges it once
-a quorum has it on disk, and only then does the store commit locally. A former leader's
-write fails the check (another nimbus wrote /epoch since): the caller gets "not the
-leader" and nothing changed anywhere. An entry larger than :data:`MAX_NODE_BYTES` goes
-in pieces under /parts first; the log node then names them.
+creates the next sequential node of the current generation (head.py); ZooKeeper
+acknowledges it once a quorum has it on disk, and only then does the store commit
+locally. A former leader's write fails the check (another nimbus wrote /epoch since):
+the caller gets "not the leader" and nothing changed anywhere. An entry larger than
+:data:`MAX_NODE_BYTES` goes in pieces under /parts first; the log node then names them.
+Every :data:`COMPACT_EVERY` entries the leader starts a new generation from a snapshot
+of its store (taken with no commit in between) and deletes the generations before the
+previous one.
 
-Replaying (:class:`Replica`): positions are the sequential nodes' numbers, which
-ZooKeeper gives out one after another under /log (nothing is deleted there yet), so a
-replica reads position p+1 after p, applies it with the position in the same local
-transaction (``Store.apply``), and when the next one does not exist yet, sets a watch on
-it. A position already applied (the leader's own commits) is skipped.
+Replaying (:class:`Replica`): within a generation, ZooKeeper numbers the sequential
+nodes one after another, so a replica reads entry s+1 after s, applies it with its
+position in the same local transaction (``Store.apply``), and when the next one does
+not exist yet, sets a watch on it. Past a generation's end it moves to the next; when
+what it needs was deleted (it joined late, or was away long), it installs the head's
+snapshot and goes on from there. A position already applied (the leader's own commits)
+is skipped.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -30,7 +36,10 @@ from kazoo.exceptions import (BadVersionError, ConnectionLoss, KazooException, N
 from ...idl import NO_LEADER_MESSAGE, NOT_LEADER_MESSAGE
 from ..state.journal import Change, JournalError
 from ..state.store import Store
-from .coordinator import EPOCH, LOG, PARTS, Coordinator
+from . import snapshots
+from .coordinator import EPOCH, PARTS, Coordinator
+from .head import (HEAD, Head, entry_path, generation_path, next_entry, position,
+                   read_head, seq_of)
 from .leadership import Leadership, address_of
 
 log = structlog.get_logger(__name__)
@@ -38,6 +47,10 @@ log = structlog.get_logger(__name__)
 #: Bytes of one journal node: ZooKeeper refuses requests past about 1 MiB
 #: (jute.maxbuffer), the node's name and the transaction's other operation included.
 MAX_NODE_BYTES = 512 * 1024
+#: Entries per generation: ZooKeeper keeps every node in memory on every server, so the
+#: journal is cut there (a snapshot of 10,000 topologies' state is ~60 MB and takes
+#: about a second to copy, with commits held).
+COMPACT_EVERY = 20_000
 _INLINE, _PIECES = b"J", b"P"
 
 
@@ -45,22 +58,25 @@ class NotLeaderError(JournalError):
     """This nimbus may not change state: another leads, or none does yet."""
 
 
-def entry_path(position: int) -> str:
-    """The node of journal position ``position`` (1 and up: ZooKeeper numbers a
-    parent's sequential children from 0)."""
-    return f"{LOG}/e-{position - 1:010d}"
-
-
-def position_of(path: str) -> int:
-    return int(path.rsplit("-", 1)[1]) + 1
-
-
 class ZkJournal:
-    """The leader's store's journal (state/journal.Journal)."""
+    """The leader's store's journal (state/journal.Journal). ``generation`` is read
+    from the head when leadership is gained (:meth:`resume`)."""
 
-    def __init__(self, coordinator: Coordinator, leadership: Leadership) -> None:
+    def __init__(self, coordinator: Coordinator, leadership: Leadership, store: Store,
+                 shared_dir: Path, compact_every: int = COMPACT_EVERY) -> None:
         self._zk = coordinator
         self._leadership = leadership
+        self._store = store
+        self._shared_dir = shared_dir
+        self._compact_every = compact_every
+        self.generation = 0
+        self._compacting = threading.Lock()
+
+    def resume(self) -> None:
+        """Write to the head's current generation (a new leader, caught up)."""
+        head = read_head(self._zk)
+        assert head is not None, "the head is made before anything is written"
+        self.generation = head.generation
 
     def refusal(self) -> str:
         leader = self._leadership.leader()
@@ -69,19 +85,23 @@ class ZkJournal:
 
     def record(self, change: Change) -> int:
         epoch = self._leadership.epoch
-        if not self._leadership.leading or epoch is None:
+        if not self._leadership.leading or epoch is None or not self.generation:
             raise NotLeaderError(self.refusal())
         data = change.encode()
-        if len(data) > MAX_NODE_BYTES:
-            data = _PIECES + self._write_pieces(data)
-        else:
-            data = _INLINE + data
-        client = self._zk.client
-        txn = client.transaction()
+        data = _PIECES + self._write_pieces(data) if len(data) > MAX_NODE_BYTES \
+            else _INLINE + data
+        txn = self._zk.client.transaction()
         txn.check(EPOCH, version=epoch)
-        txn.create(f"{LOG}/e-", data, sequence=True)
+        txn.create(generation_path(self.generation) + "/e-", data, sequence=True)
+        results = self._commit(txn)
+        seq = seq_of(str(results[1]))
+        if seq + 1 >= self._compact_every:
+            self._compact_soon()
+        return position(self.generation, seq)
+
+    def _commit(self, txn: Any) -> list[Any]:
         try:
-            results = txn.commit()
+            results: list[Any] = txn.commit()
         except ConnectionLoss:
             raise JournalError(
                 "ZooKeeper did not confirm the change (connection lost): it may or may "
@@ -94,7 +114,7 @@ class ZkJournal:
                   and not isinstance(r, RolledBackError)]
         if failed:
             raise JournalError(f"ZooKeeper refused the change: {failed[0]!r}")
-        return position_of(str(results[1]))
+        return results
 
     def _write_pieces(self, data: bytes) -> bytes:
         parent = f"{PARTS}/{uuid.uuid4().hex}"
@@ -104,6 +124,47 @@ class ZkJournal:
         for count, start in enumerate(range(0, len(data), MAX_NODE_BYTES), 1):
             client.create(f"{parent}/p-{count - 1:06d}", data[start:start + MAX_NODE_BYTES])
         return json.dumps({"parent": parent, "count": count}).encode()
+
+    # --- compaction ---------------------------------------------------------------------
+    def _compact_soon(self) -> None:
+        if self._compacting.acquire(blocking=False):
+            threading.Thread(target=self._compact, name="nimbus-journal-compact",
+                             daemon=True).start()
+
+    def _compact(self) -> None:
+        try:
+            self.compact()
+        except Exception as exc:  # noqa: BLE001 - the journal goes on; the next entry retries
+            log.error("journal_compaction_failed", error=str(exc))
+        finally:
+            self._compacting.release()
+
+    def compact(self) -> None:
+        """Start a new generation from a snapshot; delete those before the previous."""
+        epoch = self._leadership.epoch
+        if not self._leadership.leading or epoch is None:
+            return
+        with self._store.exclusive():           # no commit until the head is rewritten
+            head = read_head(self._zk)
+            assert head is not None
+            pos = self._store.journal_position()
+            snap = snapshots.take(self._store, self._shared_dir, pos)
+            new = Head(head.cluster, head.generation + 1, head.generation, snap,
+                       head.version)
+            txn = self._zk.client.transaction()
+            txn.check(EPOCH, version=epoch)
+            txn.set_data(HEAD, new.encode(), version=head.version)
+            txn.create(generation_path(new.generation))
+            self._commit(txn)
+            self.generation = new.generation
+        log.info("journal_compacted", generation=new.generation, snapshot=snap.file,
+                 position=pos)
+        for old in range(1, new.oldest):
+            try:
+                self._zk.client.delete(generation_path(old), recursive=True)
+            except NoNodeError:
+                pass
+        snapshots.prune(self._shared_dir, keep=snap.file)
 
 
 def read_entry(coordinator: Coordinator, data: bytes) -> Change:
@@ -125,9 +186,10 @@ class Replica:
     """Applies the journal to ``store`` as it grows; :meth:`catch_up` applies what is
     there now, on the caller's thread (the new leader's, before it leads)."""
 
-    def __init__(self, coordinator: Coordinator, store: Store) -> None:
+    def __init__(self, coordinator: Coordinator, store: Store, shared_dir: Path) -> None:
         self._zk = coordinator
         self._store = store
+        self._shared_dir = shared_dir
         self._lock = threading.Lock()          # one applier at a time
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -151,26 +213,56 @@ class Replica:
         """Apply every entry after the store's position; return how many."""
         applied = 0
         with self._lock:
+            head = read_head(self._zk)
+            if head is None:
+                return 0
+            pos = self._store.journal_position()
+            if pos == 0:
+                if head.snapshot is not None:
+                    self._install(head)
+                    pos = head.snapshot.position
+                generation, seq = max(pos >> 32, head.oldest), pos & 0xFFFFFFFF
+            else:
+                generation, seq = next_entry(pos)
             while True:
-                position = self._store.journal_position() + 1
                 try:
-                    data, _ = self._zk.client.get(entry_path(position))
+                    data, _ = self._zk.client.get(entry_path(generation, seq))
                 except NoNodeError:
+                    head = read_head(self._zk) or head
+                    if generation < head.oldest:
+                        # Deleted before this copy had it: start over from the snapshot.
+                        assert head.snapshot is not None
+                        self._install(head)
+                        generation, seq = next_entry(head.snapshot.position)
+                        continue
+                    if generation < head.generation:
+                        generation, seq = generation + 1, 0      # that one is complete
+                        continue
                     # Set the watch for it, then look once more (it may have come
                     # between the two).
-                    if self._zk.client.exists(entry_path(position),
+                    if self._zk.client.exists(entry_path(generation, seq),
                                               watch=lambda _event: self._wake.set()):
                         continue
                     return applied
-                try:
-                    self._store.apply(read_entry(self._zk, data), position)
-                except Exception as exc:
-                    self.broken = f"journal entry {position} could not be applied: {exc}"
-                    log.error("replica_broken", position=position, error=str(exc),
-                              effect="this nimbus stops replaying; restart it from a "
-                                     "copy of the leader's state")
-                    raise
+                self._apply(data, position(generation, seq))
                 applied += 1
+                seq += 1
+
+    def _apply(self, data: bytes, pos: int) -> None:
+        try:
+            self._store.apply(read_entry(self._zk, data), pos)
+        except Exception as exc:
+            self.broken = f"journal entry {pos:#x} could not be applied: {exc}"
+            log.error("replica_broken", position=pos, error=str(exc),
+                      effect="this nimbus stops replaying; restart it with an empty "
+                             "data_dir to copy the cluster's state again")
+            raise
+
+    def _install(self, head: Head) -> None:
+        assert head.snapshot is not None
+        log.info("replica_installing_snapshot", snapshot=head.snapshot.file,
+                 position=head.snapshot.position)
+        snapshots.install(self._store, self._shared_dir, head.snapshot)
 
     def _follow(self) -> None:
         while not self._stopping.is_set():

@@ -31,6 +31,10 @@ from .launching import Launching
 
 log = structlog.get_logger(__name__)
 
+#: A due action met while this nimbus does not lead (yet) is looked at again this
+#: much later.
+FOLLOWER_RETRY_SECS = 1.0
+
 #: A removal whose launcher stop failed is retried after this long.
 REMOVE_RETRY_SECS = 30.0
 
@@ -173,6 +177,9 @@ class Upkeep:
         """Run the topology's pending action if it is due (called by the timers). The
         state change is committed here; the launcher's part runs in the background."""
         if self._follows():
+            # Not yet leading (taking over: recover armed it) or no longer (the timers
+            # were cleared): look again in a second rather than drop it.
+            self.timers.arm(topology_id, self._clock() + FOLLOWER_RETRY_SECS)
             return
         with self._locks.hold(topology_id):
             action = self._store.action(topology_id)

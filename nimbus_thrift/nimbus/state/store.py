@@ -314,10 +314,14 @@ class Store:
         rows = self._query("SELECT value FROM meta WHERE key=?", (key,))
         return str(rows[0][0]) if rows else None
 
-    def set_local_meta(self, key: str, value: str | int) -> None:
-        """A meta value of this copy alone (not journaled): its cluster, its position."""
+    def set_local_meta(self, key: str, value: str | int | None) -> None:
+        """A meta value of this copy alone (not journaled): its cluster, its position;
+        None removes it."""
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+            if value is None:
+                self._db.execute("DELETE FROM meta WHERE key=?", (key,))
+            else:
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     def backup_to(self, path: Path) -> None:
         """A consistent copy of the database at ``path`` (SQLite's backup)."""

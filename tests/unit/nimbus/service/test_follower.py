@@ -96,3 +96,14 @@ def test_a_follower_answers_reads_and_says_who_leads(follower) -> None:
         handler.getLeader()
     with pytest.raises(TApplicationException, match="no leader is elected yet"):
         handler.deactivate("wc")
+
+
+def test_a_due_action_met_while_not_leading_is_kept_for_later(follower) -> None:
+    handler, _, launcher = follower
+    from nimbus_thrift.nimbus.state.store import Action
+    from support.store_rows import record
+    handler.store.insert_topology(record("wc-1-1", "wc", status="KILLED"))
+    handler.store.set_action(Action("wc-1-1", "remove", 1000.0, {}))
+    handler.upkeep.run_action("wc-1-1")            # due, but another nimbus leads
+    assert handler.store.action("wc-1-1") is not None and launcher.calls == []
+    assert handler.timers._heap == [(2001.0, "wc-1-1")]     # looked at again in 1 s
