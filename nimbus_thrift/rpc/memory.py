@@ -6,9 +6,8 @@ Theory of operation
 Every byte a connection holds in a read buffer is reserved here first. A frame whose
 declared length fits the budget but not what is free *now* is parked: its connection
 stops being polled for reading (so nothing spins, unlike Java's THsHa, THRIFT-5494), and
-parked frames are admitted strictly in arrival order as memory is released (a large
-frame is never starved by a stream of small ones: while anything is parked, new frames
-queue behind it).
+parked frames are admitted in arrival order as memory is released (in each of the two
+queues below; a large frame is never starved by a stream of small ones).
 
 Bytes are reserved as they arrive (see connection.py), so frames in progress hold only
 part of what they declared; a parked frame waits for *all* it still needs, so once
