@@ -53,6 +53,17 @@ def pair(zookeeper: Any, tmp_path: Path) -> Iterator[tuple[Pair, list[NimbusDaem
         d.stop(grace=2.0)
 
 
+def leader_and_follower(p: Pair, running: list[NimbusDaemon]
+                        ) -> tuple[NimbusDaemon, NimbusDaemon]:
+    """Daemon a started first (it leads), then b (it follows)."""
+    a = p.daemon("a")
+    running.append(a)
+    wait_for_value(lambda: leading(a), "a leading", timeout=30)
+    b = p.daemon("b")
+    running.append(b)
+    return a, b
+
+
 def leading(d: NimbusDaemon) -> bool:
     return d.ha is not None and d.ha.leading()
 
@@ -73,11 +84,7 @@ def names(port: int) -> list[str]:
 
 def test_a_follower_reads_refuses_and_takes_over(pair) -> None:
     p, running = pair
-    a = p.daemon("a")
-    running.append(a)
-    wait_for_value(lambda: leading(a), "a leading", timeout=30)
-    b = p.daemon("b")
-    running.append(b)
+    a, b = leader_and_follower(p, running)
     pa, pb = port_of(a), port_of(b)
 
     # Seeds in the follower's order first: the submit still lands on the leader.
@@ -139,11 +146,7 @@ def _status(port: int, name: str) -> str:
 
 def test_a_new_leader_neither_starts_nor_removes_code_it_cannot_check(pair) -> None:
     p, running = pair
-    a = p.daemon("a")
-    running.append(a)
-    wait_for_value(lambda: leading(a), "a leading", timeout=30)
-    b = p.daemon("b")
-    running.append(b)
+    a, b = leader_and_follower(p, running)
     pa, pb = port_of(a), port_of(b)
     with NimbusClient("127.0.0.1", pa, timeout=10) as client:
         submit(client, "wc")
@@ -190,11 +193,7 @@ def test_a_daemon_that_cannot_reach_zookeeper_says_so_and_keeps_nothing(tmp_path
 
 def test_a_returning_daemon_follows_and_catches_up(pair) -> None:
     p, running = pair
-    a = p.daemon("a")
-    running.append(a)
-    wait_for_value(lambda: leading(a), "a leading", timeout=30)
-    b = p.daemon("b")
-    running.append(b)
+    a, b = leader_and_follower(p, running)
     with NimbusClient("127.0.0.1", port_of(a), timeout=10) as client:
         submit(client, "wc")
     running.remove(a)
