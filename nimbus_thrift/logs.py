@@ -11,7 +11,9 @@ through the same renderer via ``ProcessorFormatter``.
 from __future__ import annotations
 
 import logging
+import os
 import sys
+from collections.abc import Mapping
 from typing import Literal
 
 import structlog
@@ -22,13 +24,27 @@ LogFormat = Literal["auto", "console", "json"]
 LEVELS = ("debug", "info", "warning", "error")
 
 
+def color_choice(environ: Mapping[str, str] | None = None) -> bool | None:
+    """Whether to colour output by the conventions users set: ``NO_COLOR``
+    (no-color.org) turns colour off, ``FORCE_COLOR`` (force-color.org) on, each when set
+    and not empty; NO_COLOR wins if both are. None: neither says, so a terminal decides.
+    """
+    env = os.environ if environ is None else environ
+    if env.get("NO_COLOR"):
+        return False
+    if env.get("FORCE_COLOR"):
+        return True
+    return None
+
+
 def configure(level: str = "info", fmt: LogFormat = "auto") -> None:
     """Configure structlog and the stdlib root logger to write to stderr.
 
     Args:
         level: one of :data:`LEVELS`.
-        fmt: ``console`` (coloured when a TTY), ``json`` (one object per line), or
-            ``auto``: console on a TTY, JSON otherwise.
+        fmt: ``console`` (coloured on a TTY, or as NO_COLOR / FORCE_COLOR say:
+            :func:`color_choice`), ``json`` (one object per line), or ``auto``: console
+            on a TTY, JSON otherwise.
     """
     if level not in LEVELS:
         raise ValueError(f"log level must be one of {', '.join(LEVELS)}, not {level!r}")
@@ -47,7 +63,9 @@ def configure(level: str = "info", fmt: LogFormat = "auto") -> None:
         renderer = structlog.processors.JSONRenderer()
         shared.append(structlog.processors.format_exc_info)
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        colors = color_choice()
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty() if colors is None else colors)
     structlog.configure(
         processors=[structlog.stdlib.filter_by_level, *shared,
                     structlog.stdlib.ProcessorFormatter.wrap_for_formatter],

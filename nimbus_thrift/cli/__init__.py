@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import click
 
+from .. import logs
 from .blob_commands import blob
 from .daemon_commands import nimbus, ui, warm_up
 from .demo_command import demo
@@ -36,7 +37,13 @@ def main() -> None:
     NIMBUS_THRIFT_HOST, ..._PORT, ..._TLS_CERT, ..._TLS_KEY, ..._TLS_CA, ..._UNIX_SOCKET,
     or from ~/.config/nimbus-thrift/client.yaml (keys host, port, tls_cert, tls_key,
     tls_ca, unix_socket); flags win over the environment, which wins over the file.
+    NO_COLOR turns colour off, FORCE_COLOR on (else a terminal gets it).
     """
+    # Inherited by every subcommand's context (click.echo strips or keeps styles by it);
+    # the console log renderer asks logs.color_choice itself.
+    choice = logs.color_choice()
+    if choice is not None:
+        click.get_current_context().color = choice
 
 
 # The order commands were written in (--help sorts them by name).

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from .. import render
+from .completion import blob_keys
 from .connection import connected_client
 from .options import client_options, echo_json, json_option
 from .param_types import Acl
@@ -18,7 +19,7 @@ from .param_types import Acl
 _file_in = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
-@click.group()
+@click.group(short_help="The blob store (as storm blobstore).")
 def blob() -> None:
     """The blob store (as `storm blobstore`): named files with ACLs that topologies
     see in their work directory (topology.blobstore.map).
@@ -54,7 +55,7 @@ def _upload(target: Any, timeout: float, key: str, file: Path | None, create: bo
             return client.on_leader(send, what=f"the upload of blob {key!r}")
 
 
-@blob.command("create")
+@blob.command("create", short_help="Create a blob.")
 @click.argument("key")
 @click.option("-f", "--file", type=_file_in, help="The content.  [default: stdin]")
 @click.option("-a", "--acl", type=Acl(), default="", help="Who may do what (see above).")
@@ -68,8 +69,8 @@ def blob_create(key: str, file: Path | None, acl: list[Any], replication_factor:
     click.echo(f"created {key} ({size:,} bytes)", err=True)
 
 
-@blob.command("update")
-@click.argument("key")
+@blob.command("update", short_help="Replace a blob's content.")
+@click.argument("key", shell_complete=blob_keys)
 @click.option("-f", "--file", type=_file_in, help="The new content.  [default: stdin]")
 @client_options
 def blob_update(key: str, file: Path | None, target: Any, timeout: float) -> None:
@@ -78,8 +79,8 @@ def blob_update(key: str, file: Path | None, target: Any, timeout: float) -> Non
     click.echo(f"updated {key} ({size:,} bytes)", err=True)
 
 
-@blob.command("cat")
-@click.argument("key")
+@blob.command("cat", short_help="Print a blob's content.")
+@click.argument("key", shell_complete=blob_keys)
 @click.option("-f", "--file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write to this file (replaced whole, never partly).  [default: stdout]")
 @client_options
@@ -102,8 +103,8 @@ def blob_cat(key: str, file: Path | None, target: Any, timeout: float) -> None:
                                        f"{exc.strerror or exc}") from None
 
 
-@blob.command("list")
-@click.argument("keys", nargs=-1)
+@blob.command("list", short_help="List blobs with their version and ACL.")
+@click.argument("keys", nargs=-1, shell_complete=blob_keys)
 @client_options
 @json_option
 def blob_list(keys: tuple[str, ...], target: Any, timeout: float, as_json: bool) -> None:
@@ -118,8 +119,8 @@ def blob_list(keys: tuple[str, ...], target: Any, timeout: float, as_json: bool)
         click.echo(render.blobs_table(rows))
 
 
-@blob.command("delete")
-@click.argument("keys", nargs=-1, required=True)
+@blob.command("delete", short_help="Delete blobs.")
+@click.argument("keys", nargs=-1, required=True, shell_complete=blob_keys)
 @client_options
 def blob_delete(keys: tuple[str, ...], target: Any, timeout: float) -> None:
     """Delete the blobs KEYS (refused while a topology maps one)."""
@@ -129,8 +130,8 @@ def blob_delete(keys: tuple[str, ...], target: Any, timeout: float) -> None:
             click.echo(f"deleted {key}", err=True)
 
 
-@blob.command("set-acl")
-@click.argument("key")
+@blob.command("set-acl", short_help="Replace a blob's ACL.")
+@click.argument("key", shell_complete=blob_keys)
 @click.option("-s", "--set", "acl", type=Acl(),
               help="The new ACL (see above); without it the current one is printed.")
 @client_options

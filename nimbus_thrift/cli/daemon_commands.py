@@ -15,7 +15,8 @@ from .options import SettingsCommand, daemon_setting_options, setting_option
 from .stop_signals import on_stop_signals, wait
 
 
-@click.command(cls=SettingsCommand, setting_flags=daemon_setting_options)
+@click.command(cls=SettingsCommand, setting_flags=daemon_setting_options,
+               short_help="Run the nimbus daemon in the foreground.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
               envvar="NIMBUS_THRIFT_CONFIG",
               help="YAML file of settings (keys as in docs/configuration.md, e.g. "
@@ -60,25 +61,52 @@ def nimbus(config_file: Path | None, **flags: Any) -> None:
     daemon.stop(grace=10.0)
 
 
-@click.command()
+@click.command(short_help="Print the URL of the daemon's web UI.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
               envvar="NIMBUS_THRIFT_CONFIG", help="The daemon's YAML settings file.")
 def ui(config_file: Path | None) -> None:
-    """Print the URL of the daemon's web UI (from its settings: ui_port, ui_host, TLS)."""
+    """Print the URL of the daemon's web UI: the running daemon's (recorded in its
+    data directory, so --ui-port and ui_port -1 are right), else what its settings say
+    (ui_port, ui_host, TLS)."""
     from ..nimbus import ConfigError, load_config
-    from ..nimbus.web.address import ui_url
+    from ..nimbus.web.address import read_bound_url, ui_url
 
     try:
         config = load_config(config_file, os.environ, {})
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    bound = read_bound_url(config.data_dir)
+    if bound is not None and _answers(bound):
+        click.echo(bound)
+        return
     url = ui_url(config)
     if url is None:
         raise click.ClickException("the web UI is off (ui_port is 0)")
     if config.ui_port < 0:
-        raise click.ClickException("ui_port is -1 (any free port): the URL is in the "
-                                   "daemon's log (ui_listening url=...)")
+        raise click.ClickException(f"no daemon is running on {config.data_dir} and "
+                                   "ui_port is -1 (any free port): start it, or give the "
+                                   "same --config or NIMBUS_THRIFT_DATA_DIR as the daemon")
     click.echo(url)
+
+
+#: How long `ui` tries the recorded URL's port before falling back to the settings.
+UI_PROBE_TIMEOUT = 1.0
+
+
+def _answers(url: str) -> bool:
+    """Whether something listens at ``url``'s host and port (a daemon that crashed
+    left its record behind)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        with socket.create_connection((parts.hostname or "localhost", port),
+                                      timeout=UI_PROBE_TIMEOUT):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def _spark_master_flag() -> list[click.Parameter]:
@@ -87,7 +115,8 @@ def _spark_master_flag() -> list[click.Parameter]:
     return [setting_option(SETTINGS["spark_master"], "Spark master to run it on.")]
 
 
-@click.command("warm-up", cls=SettingsCommand, setting_flags=_spark_master_flag)
+@click.command("warm-up", cls=SettingsCommand, setting_flags=_spark_master_flag,
+               short_help="Prepare Spark so that topologies start sooner.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
               envvar="NIMBUS_THRIFT_CONFIG", help="The daemon's YAML settings file.")
 @click.option("--timeout", type=click.FloatRange(0, min_open=True), default=600.0,

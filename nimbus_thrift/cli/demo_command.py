@@ -19,7 +19,7 @@ from .options import logging_options
 from .stop_signals import on_stop_signals, wait
 
 
-@click.command()
+@click.command(short_help="Serve the demo service (Echo, Calculator).")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(0, 65535), default=9090, show_default=True)
 @click.option("--workers", type=click.IntRange(1), default=DEFAULT_WORKER_THREADS,

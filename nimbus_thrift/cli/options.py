@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -111,6 +112,39 @@ class SettingsCommand(click.Command):
             made, self._setting_flags = self._setting_flags(), None
             self.params.extend(made)
         return super().get_params(ctx)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; a refused setting given as a flag is named as typed.
+
+        load_config checks every value (one home for the rules) and names the setting
+        (``worker_threads must be at least 1``); when the user typed that setting's
+        flag, the value it refused is the flag's (flags win), so the sentence says
+        ``--workers must be at least 1``. Set by a file or the environment, it keeps
+        the setting's name, which is what the user wrote there.
+        """
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            named = _flag_named(exc.message, ctx)
+            if named == exc.message:
+                raise
+            raise click.UsageError(named, exc.ctx or ctx) from None
+
+
+#: load_config's sentence for a refused value: "invalid configuration: <setting> ...".
+_REFUSED = re.compile(r"^(invalid configuration: )(\w+)\b")
+
+
+def _flag_named(message: str, ctx: click.Context) -> str:
+    match = _REFUSED.match(message)
+    if match is None:
+        return message
+    name = match.group(2)
+    for param in ctx.command.params:
+        if param.name == name and isinstance(param, click.Option) and \
+                ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+            return param.opts[0] + message[match.end():]
+    return message
 
 
 def setting_option(setting: Setting, doc: str | None = None) -> click.Option:

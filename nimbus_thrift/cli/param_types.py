@@ -3,6 +3,7 @@ error naming it): COMPONENT=N, KEY=VALUE, an ACL, NAME=LEVEL[:SECS]."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -84,3 +85,36 @@ class LogSetting(click.ParamType):
                 self.fail(f"{value!r}: the timeout must be 0 to {MAX_LOG_TIMEOUT_SECS} "
                           "seconds", param, ctx)
         return logger, level.upper(), secs
+
+
+@dataclass(frozen=True)
+class Wait:
+    """submit's ``--wait [SECONDS]``: how long to follow the status; ``bare`` when no
+    SECONDS was typed (the old flag's spelling, whose deadline was --timeout)."""
+    seconds: float
+    bare: bool
+
+
+class WaitSeconds(click.ParamType):
+    """``--wait SECONDS`` (a positive number), or ``--wait`` alone (``flag_value``
+    :data:`BARE`): the default wait, marked bare."""
+    name = "SECONDS"
+    #: What click passes for a ``--wait`` given without a value.
+    BARE = "__bare__"
+
+    def __init__(self, default: float) -> None:
+        self.default = default
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Wait:
+        if isinstance(value, Wait):
+            return value
+        if value == self.BARE:
+            return Wait(self.default, bare=True)
+        try:
+            seconds = float(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a number of seconds (write --wait SECONDS, or "
+                      "--wait after the file to wait the default)", param, ctx)
+        if not seconds > 0:
+            self.fail(f"{value!r}: the wait must be more than 0 seconds", param, ctx)
+        return Wait(seconds, bare=False)

@@ -9,12 +9,13 @@ from typing import Any
 import click
 
 from .. import render
+from .completion import topology_names
 from .connection import connected_client, topology_id
 from .options import client_options, echo_json, json_option
 from .param_types import ComponentCount, LogSetting
 
 
-@click.command("list")
+@click.command("list", short_help="List the topologies.")
 @client_options
 @json_option
 def list_(target: Any, timeout: float, as_json: bool) -> None:
@@ -27,8 +28,8 @@ def list_(target: Any, timeout: float, as_json: bool) -> None:
         click.echo(render.topologies_table(summary))
 
 
-@click.command()
-@click.argument("name")
+@click.command(short_help="Show a topology: status, components, errors.")
+@click.argument("name", shell_complete=topology_names)
 @client_options
 @json_option
 def info(name: str, target: Any, timeout: float, as_json: bool) -> None:
@@ -43,8 +44,8 @@ def info(name: str, target: Any, timeout: float, as_json: bool) -> None:
         click.echo(render.info_text(topology_info))
 
 
-@click.command()
-@click.argument("name")
+@click.command(short_help="Kill a topology (removed after --wait seconds).")
+@click.argument("name", shell_complete=topology_names)
 @click.option("-w", "--wait", "wait_secs", type=click.IntRange(0),
               help="Seconds between deactivation and removal.  "
                    "[default: the topology's topology.message.timeout.secs]")
@@ -56,8 +57,8 @@ def kill(name: str, wait_secs: int | None, target: Any, timeout: float) -> None:
     click.echo(f"killed {name}" + ("" if wait_secs is None else f"; removed in {wait_secs} s"))
 
 
-@click.command()
-@click.argument("name")
+@click.command(short_help="Resume a deactivated topology's spouts.")
+@click.argument("name", shell_complete=topology_names)
 @client_options
 def activate(name: str, target: Any, timeout: float) -> None:
     """Resume a deactivated topology's spouts."""
@@ -66,8 +67,8 @@ def activate(name: str, target: Any, timeout: float) -> None:
     click.echo(f"activated {name}")
 
 
-@click.command()
-@click.argument("name")
+@click.command(short_help="Pause a topology's spouts (state kept).")
+@click.argument("name", shell_complete=topology_names)
 @client_options
 def deactivate(name: str, target: Any, timeout: float) -> None:
     """Pause a topology's spouts (its state is kept)."""
@@ -76,8 +77,8 @@ def deactivate(name: str, target: Any, timeout: float) -> None:
     click.echo(f"deactivated {name}")
 
 
-@click.command()
-@click.argument("name")
+@click.command(short_help="Change a topology's workers or executors.")
+@click.argument("name", shell_complete=topology_names)
 @click.option("-w", "--wait", "wait_secs", type=click.IntRange(0),
               help="Seconds to wait before applying.  [default: the topology's "
                    "topology.message.timeout.secs]")
@@ -96,7 +97,7 @@ def rebalance(name: str, wait_secs: int | None, num_workers: int | None,
     click.echo(f"rebalancing {name}")
 
 
-@click.command()
+@click.command(short_help="Show the nimbus's configuration.")
 @client_options
 @json_option
 def conf(target: Any, timeout: float, as_json: bool) -> None:
@@ -112,8 +113,8 @@ def conf(target: Any, timeout: float, as_json: bool) -> None:
                                  for k, v in sorted(values.items())]))
 
 
-@click.command("set-log-level")
-@click.argument("name")
+@click.command("set-log-level", short_help="Change log levels in a running topology.")
+@click.argument("name", shell_complete=topology_names)
 @click.option("-l", "--log-setting", "settings", multiple=True, type=LogSetting(),
               help="Set a logger's level, for SECS seconds if given (0 or none: until "
                    "changed). ROOT is the root logger. Repeatable.")

@@ -6,6 +6,7 @@ stopped in the right order.
       nimbus.sock          the Unix socket local users connect to (unless unix_socket
                            puts it elsewhere or turns it off)
       nimbus.sqlite3       state (WAL: also -wal and -shm files)
+      ui.url               the web UI's bound URL while it serves (nimbus-thrift ui)
       inbox/               uploads: <id>.part while open, <id>.zip once finished
       topologies/<id>/     per-topology work directory (the launcher's; for the spark
                            launcher see nimbus_thrift/runner/rundir.py)
@@ -61,7 +62,7 @@ from .security.runas import TRAVERSE_MODE, seal_process
 from .state.store import Store
 from .security.tlsconf import server_ssl_context
 from .web import HttpServer, make_web_server
-from .web.address import ui_url
+from .web.address import forget_bound_url, ui_url, write_bound_url
 from .web.limits import MAX_CONNECTIONS as WEB_MAX_CONNECTIONS
 
 log = structlog.get_logger(__name__)
@@ -422,11 +423,16 @@ class NimbusDaemon:
                               "UI off") from None
         self.web = web
         self.ui_url = ui_url(config, bound_host=host, bound_port=bound)
+        try:
+            write_bound_url(config.data_dir, self.ui_url or "")
+        except OSError as exc:   # only `nimbus-thrift ui` reads it: it falls back
+            log.warning("ui_url_not_recorded", error=exc.strerror or str(exc))
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop serving (in-flight calls finish within ``grace``), then close state.
         Running topologies are left running: a restarted daemon adopts them."""
         if self.web is not None:
+            forget_bound_url(self.config.data_dir)
             self.web.stop()
             self.web = None
             self.ui_url = None

@@ -301,7 +301,7 @@ def test_config_file_then_environment_then_flags(tmp_path: Path) -> None:
 @pytest.mark.parametrize("setup, message", [
     ({"yaml": "prot: 1\n"}, "unknown setting 'prot'"),
     ({"env": {"NIMBUS_THRIFT_PORT": "http"}}, "NIMBUS_THRIFT_PORT: port must be an integer"),
-    ({"args": ["--max-frame-size", "10"]}, "max_frame_size must be at least 64"),
+    ({"args": ["--max-frame-size", "10"]}, "--max-frame-size must be at least 64"),
 ])
 def test_bad_configuration_is_one_sentence_and_exit_2(tmp_path: Path, setup: dict,
                                                       message: str) -> None:

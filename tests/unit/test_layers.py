@@ -94,7 +94,7 @@ FORBIDDEN: dict[str, set[str]] = {
 #: The application, as prefixes like the layers: ``nimbus_thrift.cli`` is the package and
 #: every module in it.
 APPLICATION = {"nimbus_thrift.cli", "nimbus_thrift.render", "nimbus_thrift.logs",
-               "nimbus_thrift.tuning", "nimbus_thrift.demo"}
+               "nimbus_thrift.tuning", "nimbus_thrift.demo", "nimbus_thrift.__main__"}
 #: Only these run inside a Spark application and may import PySpark (the daemon finds
 #: Spark on disk and starts it; it never imports it).
 PYSPARK_MODULES_PREFIX = "nimbus_thrift.runner."

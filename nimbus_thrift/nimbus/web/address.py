@@ -1,15 +1,22 @@
 """Where the HTTP side is reached: one home for its URL, used by the daemon (logged at
-start, ``NimbusDaemon.ui_url``) and by ``nimbus-thrift ui``."""
+start, ``NimbusDaemon.ui_url``, and written into its data directory while it serves)
+and by ``nimbus-thrift ui`` (which reads that file first)."""
 
 from __future__ import annotations
 
+import os
 import socket
+from pathlib import Path
 
 from ..config import NimbusConfig
 from ..settings import DEFAULT_UI_PORT
 
 #: Addresses that mean "every interface": a URL names this machine instead.
 ANY_ADDRESS = ("", "0.0.0.0", "::")
+#: In the data directory while a daemon serves its web UI: the URL it is bound to, so
+#: ``nimbus-thrift ui`` names the port in use after --ui-port or ui_port -1 (any free
+#: port), which the settings alone cannot say.
+UI_URL_FILE = "ui.url"
 
 
 def ui_url(config: NimbusConfig, *, bound_host: str | None = None,
@@ -28,3 +35,32 @@ def ui_url(config: NimbusConfig, *, bound_host: str | None = None,
     port = bound_port if bound_port is not None else \
         (config.ui_port if config.ui_port > 0 else DEFAULT_UI_PORT)
     return f"{scheme}://{host}:{port}/"
+
+
+def write_bound_url(data_dir: Path, url: str) -> None:
+    """Record ``url`` as the running daemon's (replacing any earlier one whole).
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    path = data_dir / UI_URL_FILE
+    partial = path.with_name(path.name + ".part")
+    partial.write_text(url + "\n")
+    os.replace(partial, path)
+
+
+def forget_bound_url(data_dir: Path) -> None:
+    """Remove the record at stop (a crashed daemon's stays: readers check it answers)."""
+    try:
+        (data_dir / UI_URL_FILE).unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def read_bound_url(data_dir: Path) -> str | None:
+    """The URL a daemon on ``data_dir`` recorded, or None when there is none."""
+    try:
+        url = (data_dir / UI_URL_FILE).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return url if url.startswith(("http://", "https://")) else None
