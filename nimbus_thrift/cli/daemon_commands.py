@@ -76,7 +76,7 @@ def ui(config_file: Path | None) -> None:
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     bound = read_bound_url(config.data_dir)
-    if bound is not None and _answers(bound):
+    if bound is not None:
         click.echo(bound)
         return
     url = ui_url(config)
@@ -87,26 +87,6 @@ def ui(config_file: Path | None) -> None:
                                    "ui_port is -1 (any free port): start it, or give the "
                                    "same --config or NIMBUS_THRIFT_DATA_DIR as the daemon")
     click.echo(url)
-
-
-#: How long `ui` tries the recorded URL's port before falling back to the settings.
-UI_PROBE_TIMEOUT = 1.0
-
-
-def _answers(url: str) -> bool:
-    """Whether something listens at ``url``'s host and port (a daemon that crashed
-    left its record behind)."""
-    import socket
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        with socket.create_connection((parts.hostname or "localhost", port),
-                                      timeout=UI_PROBE_TIMEOUT):
-            return True
-    except (OSError, ValueError):
-        return False
 
 
 def _spark_master_flag() -> list[click.Parameter]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -203,12 +204,16 @@ def test_ui_names_the_running_daemons_bound_url(tmp_path: Path) -> None:
 def test_ui_ignores_the_record_of_a_daemon_that_is_gone(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    with refused_port() as port:                  # nothing answers there
-        (data / UI_URL_FILE).write_text(f"http://127.0.0.1:{port}/\n")  # a crash's leftover
-        result = CliRunner().invoke(main, ["ui"], env={
-            "NIMBUS_THRIFT_DATA_DIR": str(data), "NIMBUS_THRIFT_UI_PORT": "8123"})
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True, timeout=60)
+    # As a crashed daemon leaves it: the URL and the id of a process that has exited.
+    (data / UI_URL_FILE).write_text(f"http://127.0.0.1:1234/\n{gone.stdout.strip()}\n")
+    env = {"NIMBUS_THRIFT_DATA_DIR": str(data), "NIMBUS_THRIFT_UI_PORT": "8123"}
+    result = CliRunner().invoke(main, ["ui"], env=env)
     assert result.exit_code == 0
     assert result.stdout.endswith(":8123/\n")
+    (data / UI_URL_FILE).write_text(f"http://127.0.0.1:1234/\n{os.getpid()}\n")
+    assert CliRunner().invoke(main, ["ui"], env=env).stdout == "http://127.0.0.1:1234/\n"
 
 
 # --- completion -------------------------------------------------------------------------

@@ -38,19 +38,20 @@ def ui_url(config: NimbusConfig, *, bound_host: str | None = None,
 
 
 def write_bound_url(data_dir: Path, url: str) -> None:
-    """Record ``url`` as the running daemon's (replacing any earlier one whole).
+    """Record ``url`` as the running daemon's, with this process's id (replacing any
+    earlier record whole).
 
     Raises:
         OSError: the file cannot be written.
     """
     path = data_dir / UI_URL_FILE
     partial = path.with_name(path.name + ".part")
-    partial.write_text(url + "\n")
+    partial.write_text(f"{url}\n{os.getpid()}\n")
     os.replace(partial, path)
 
 
 def forget_bound_url(data_dir: Path) -> None:
-    """Remove the record at stop (a crashed daemon's stays: readers check it answers)."""
+    """Remove the record at stop (a crashed daemon's stays: readers check its process)."""
     try:
         (data_dir / UI_URL_FILE).unlink(missing_ok=True)
     except OSError:
@@ -58,9 +59,20 @@ def forget_bound_url(data_dir: Path) -> None:
 
 
 def read_bound_url(data_dir: Path) -> str | None:
-    """The URL a daemon on ``data_dir`` recorded, or None when there is none."""
+    """The URL the daemon on ``data_dir`` recorded, or None when there is none or its
+    process is gone (a crash leaves the record). Asks nothing of the web side: a probe
+    connection would be one more for it to serve and close."""
     try:
-        url = (data_dir / UI_URL_FILE).read_text().strip()
-    except (OSError, UnicodeDecodeError):
+        url, pid_text = (data_dir / UI_URL_FILE).read_text().split()
+        pid = int(pid_text)
+    except (OSError, UnicodeDecodeError, ValueError):
         return None
-    return url if url.startswith(("http://", "https://")) else None
+    if not url.startswith(("http://", "https://")) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:     # alive, another user's (a daemon run as another user)
+        pass
+    return url
