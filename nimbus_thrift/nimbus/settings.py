@@ -265,8 +265,8 @@ def setting(default: Any = dataclasses.MISSING, *, doc: str, section: str,
     return dataclasses.field(default=default, metadata=metadata)
 
 
-_SEE_LIMITS = "See [Limits](../README.md#limits)."
-_SERVER_OPTIONS = "As for the server library ([Options](../README.md#options))."
+_SEE_LIMITS = "See [Limits](daemon.md#limits)."
+_SERVER_OPTIONS = "As for the server library ([Options](server-library.md#options))."
 
 
 @dataclass(frozen=True)
@@ -457,8 +457,8 @@ class NimbusConfig:
             "of their own; 0 turns them off.",
         details="A submit whose Spark settings match takes one and shows its first output "
                 "in about 3 s instead of about 12 s ([standby drivers]"
-                "(../README.md#topologies-on-spark)); on spark:// set it explicitly "
-                "(a standby holds cluster cores).")
+                "(topologies.md#submitting-and-controlling-it)); on spark:// set it "
+                "explicitly (a standby holds cluster cores).")
     standby_memory: int = setting(
         0, minimum=0, unit="bytes", section=TOPOLOGIES,
         default_text="0: what standby_drivers default-sized drivers take (1.7 GiB each)",
@@ -516,7 +516,7 @@ class NimbusConfig:
             "-1 takes any free port.",
         details="With -1 the URL is printed and logged; a port in use stops the daemon "
                 "with one sentence. Spark's standalone master UI also defaults to 8080: "
-                "on one machine, set one of them. See [Watching it](../README.md"
+                "on one machine, set one of them. See [Watching it](daemon.md"
                 "#watching-it-the-web-page-storms-rest-api-prometheus).")
     ui_host: str = setting(
         "", section=WEB, default_text="the same as host",
