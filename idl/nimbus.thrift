@@ -21,8 +21,8 @@
 //
 // Transport: framed, binary protocol (strict or old headers), port 6627 by default.
 //
-// How Storm's notions map onto Spark (see README, "Topologies on Spark", and
-// docs/nimbus-api.md):
+// How Storm's notions map onto Spark (see docs/topologies.md, "Topologies on Spark",
+// and docs/nimbus-api.md):
 //   topology                       one Spark application (one spark-submit)
 //   supervisor                     one Spark worker (the embedded local[*] Spark counts as one)
 //   worker (num_workers)           a share of the application's executors

@@ -1,7 +1,7 @@
 """Shell completion of what only the daemon knows: topology names and blob keys.
 
 click completes commands, flags and file paths itself (``_NIMBUS_THRIFT_COMPLETE``, see
-README); these ask the daemon the flags typed so far point at (--host, --port,
+docs/cli.md); these ask the daemon the flags typed so far point at (--host, --port,
 --unix-socket, TLS, else the environment, client.yaml and the local socket, as the
 command would), once, with a short timeout, and complete nothing when it does not
 answer: a prompt must not hang on a stopped daemon.

@@ -26,7 +26,7 @@ import ssl
 from dataclasses import dataclass
 
 #: TLS 1.0 and 1.1 are deprecated (RFC 8996); Storm 2.6.4's TLS and every client named
-#: in the README speak 1.2 or 1.3.
+#: in docs/server-library.md ("TLS") speak 1.2 or 1.3.
 MIN_TLS_VERSION = ssl.TLSVersion.TLSv1_2
 
 #: Why this client refused the server's certificate: X509_V_ERR_* codes (OpenSSL's

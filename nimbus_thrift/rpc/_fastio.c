@@ -79,7 +79,7 @@ delegate(PyObject *args, const char *name)
  * TLSStream -- "would block" (SSLWantRead/WriteError) becomes BlockingIOError, the
  * peer's close_notify or a ragged EOF reads as 0 bytes, any other SSLError becomes a
  * ConnectionError "TLS error: <reason>". Measured with scripts/bench.sh --tls: see
- * the README. */
+ * docs/benchmarks.md. */
 static PyObject *tls_type;              /* ssl's _ssl._SSLSocket */
 static PyObject *tls_want_read, *tls_want_write, *tls_zero_return, *tls_eof, *tls_error;
 static PyObject *str_read, *str_write;

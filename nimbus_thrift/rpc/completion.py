@@ -83,7 +83,7 @@ class HandBack:
         server is stopping, or the connection must close). This is safe because while a
         connection is PROCESSING the selector neither writes to nor closes its socket
         (closing is deferred, see ``Lifetime.close``; ``Lifetime.finish`` coordinates
-        through :attr:`lock`). Measured with scripts/bench.sh, see the README.
+        through :attr:`lock`). Measured with scripts/bench.sh, see docs/benchmarks.md.
         """
         ch, frame = task
         conn = ch.conn

@@ -8,7 +8,7 @@ batches) are only those of the topologies the caller may read (TOPOLOGY_READ), w
 the daemon-wide ones (the server's, the HTTP side's, topologies counted by status) stay.
 
 Every name starts with ``nimbus_thrift_``; counters end in ``_total``, units are in the
-name (``_seconds``, ``_bytes``). The README lists them all; :data:`NAMES` is that list
+name (``_seconds``, ``_bytes``). docs/operations.md lists them all; :data:`NAMES` is that list
 (tests check the two agree with what a scrape shows).
 """
 

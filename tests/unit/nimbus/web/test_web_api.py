@@ -364,7 +364,7 @@ def test_the_configuration_has_no_paths_and_no_principals(tmp_path: Path) -> Non
 
 
 def _unlisted(families: dict[str, Any]) -> set[str]:
-    """Metric names a scrape shows that metrics.NAMES (the README's list) lacks."""
+    """Metric names a scrape shows that metrics.NAMES (docs/operations.md's list) lacks."""
     from nimbus_thrift.nimbus.web.metrics import NAMES
     shown = {name + ("_total" if family.type == "counter" else "")
              for name, family in families.items()}
