@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -132,6 +133,7 @@ def one_round(zk: ZooKeeperServer, session: float, topologies: int, sig: int) ->
         raise SystemExit(f"failover.py: acknowledged topologies lost: {sorted(missing)}")
     for d in (b, c):
         d.stop()
+    shutil.rmtree(work, ignore_errors=True)
     return {"failover_s": changed, "replay_s": replay}
 
 
