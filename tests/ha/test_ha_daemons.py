@@ -7,6 +7,7 @@ the follower takes over, starts the topology, and acts on it."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 import io
 import json
 from collections.abc import Iterator
@@ -212,3 +213,22 @@ def test_a_returning_daemon_follows_and_catches_up(pair) -> None:
     assert not leading(back) and leading(b)
     with NimbusClient("127.0.0.1", port_of(back), timeout=10) as client:
         assert client.getLeader().port == port_of(b)
+
+
+def test_a_daemon_whose_zookeeper_is_gone_still_stops(tmp_path) -> None:
+    """Its own ZooKeeper, stopped under it: the daemon's stop must not wait for a
+    session that will never come back (it once hung in a ZooKeeper call forever)."""
+    from support.zookeeper import ZooKeeperServer
+
+    own = ZooKeeperServer().start()
+    p = Pair(own, tmp_path)
+    d = p.daemon("a")
+    try:
+        wait_for_value(lambda: leading(d), "leading", timeout=30)
+    finally:
+        own.stop()
+    stopper = threading.Thread(target=d.stop, kwargs={"grace": 1.0})
+    stopper.start()
+    stopper.join(60)
+    assert not stopper.is_alive(), "the daemon did not stop without its ZooKeeper"
+    assert d.server is None and d.store is None

@@ -25,9 +25,15 @@ from collections.abc import Callable
 
 import structlog
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 
 from ..role import NimbusPeer
 from .coordinator import EPOCH, LEADER, NIMBUSES, Coordinator
+
+#: How often who leads and who runs is read again, at most (a watch fires at once).
+REFRESH_SECS = 2.0
+#: How long stopping waits for ZooKeeper to forget this nimbus before it goes anyway.
+STOP_WAIT_SECS = 1.0
 
 log = structlog.get_logger(__name__)
 
@@ -60,6 +66,9 @@ class Leadership:
         self._end = threading.Event()         # ends the current term
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        #: (the leader's address, the running nimbuses) as last read (see leader()).
+        self._seen: tuple[str | None, list[NimbusPeer]] = (None, [me])
+        self._wake = threading.Event()
         coordinator.listen(self._on_session)
 
     # --- what others ask --------------------------------------------------------------
@@ -69,48 +78,72 @@ class Leadership:
         return self._leading
 
     def leader(self) -> str | None:
-        """The leader's ``host:port`` as the election says, or None while there is none
-        (or ZooKeeper cannot be asked)."""
-        try:
-            contenders = self._election.contenders()
-        except KazooException:
-            return None
-        return contenders[0] if contenders else None
+        """The leader's ``host:port`` as the election last said, or None while there is
+        none. Never waits for ZooKeeper (calls and refusals ask it): kept up to date by
+        the watcher thread, the last known value while ZooKeeper cannot be asked."""
+        return self._seen[0]
 
     def nimbuses(self) -> list[NimbusPeer]:
-        """Every running nimbus (this one included), as registered."""
+        """Every running nimbus (this one included), as last registered (see
+        :meth:`leader`)."""
+        return self._seen[1]
+
+    def refresh(self) -> None:
+        """Ask ZooKeeper who contends and who runs now (the watcher thread's step;
+        blocks while ZooKeeper does not answer)."""
+        contenders = self._election.contenders()
         client = self._zk.client
         entries = []
-        try:
-            for name in sorted(client.get_children(NIMBUSES)):
-                try:
-                    data, _ = client.get(f"{NIMBUSES}/{name}")
-                    raw = json.loads(data)
-                    entries.append(NimbusPeer(str(raw["host"]), int(raw["port"]),
-                                               float(raw["started_at"]), str(raw["version"])))
-                except (NoNodeError, ValueError, KeyError, TypeError):
-                    continue        # gone meanwhile, or not ours to read
-        except KazooException:
-            return [self.me]
-        return entries
+        for name in sorted(client.get_children(NIMBUSES, watch=self._changed)):
+            try:
+                data, _ = client.get(f"{NIMBUSES}/{name}")
+                raw = json.loads(data)
+                entries.append(NimbusPeer(str(raw["host"]), int(raw["port"]),
+                                           float(raw["started_at"]), str(raw["version"])))
+            except (NoNodeError, ValueError, KeyError, TypeError):
+                continue        # gone meanwhile, or not ours to read
+        client.get_children(LEADER, watch=self._changed)
+        self._seen = (contenders[0] if contenders else None, entries)
+
+    def _changed(self, _event: object) -> None:
+        self._wake.set()            # kazoo's thread: must not block
+
+    def _watch(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.refresh()
+            except KazooException as exc:
+                log.debug("nimbuses_unknown", error=str(exc), effect="last known kept")
+            # A watch fires at each change; the pause bounds a missed one.
+            self._wake.wait(REFRESH_SECS)
+            self._wake.clear()
 
     # --- running ----------------------------------------------------------------------
     def start(self) -> None:
         self._thread = threading.Thread(target=self._contend, name="nimbus-election",
                                         daemon=True)
         self._thread.start()
+        try:
+            self.refresh()          # known before the first call asks
+        except KazooException:
+            pass
+        threading.Thread(target=self._watch, name="nimbus-peers", daemon=True).start()
 
     def stop(self) -> None:
         """Leave the election (a leader steps down without ``on_lost``) and deregister."""
         self._stopping.set()
         self._leading = False
         self._end.set()
+        self._wake.set()
         self._election.cancel()
         if self._thread is not None:
             self._thread.join(timeout=self._zk.session_timeout + 5)
         try:
-            self._zk.client.delete(f"{NIMBUSES}/{address_of(self.me)}")
-        except KazooException:
+            # Not waiting past a moment: ZooKeeper may be gone, and the node is
+            # ephemeral anyway (it goes with the session).
+            self._zk.client.delete_async(f"{NIMBUSES}/{address_of(self.me)}").get(
+                timeout=STOP_WAIT_SECS)
+        except (KazooException, KazooTimeoutError):
             pass
 
     def _register(self) -> None:
@@ -146,6 +179,8 @@ class Leadership:
             self._zk.client.create(EPOCH, address_of(self.me).encode())
             stat = self._zk.client.exists(EPOCH)
         self.epoch = stat.version
+        self._seen = (address_of(self.me), self._seen[1])      # before the watch says so
+        self._wake.set()
         log.info("leadership_gained", nimbus=address_of(self.me), epoch=self.epoch)
         started = time.monotonic()
         try:
@@ -169,6 +204,8 @@ class Leadership:
         self._end.wait()
         self._leading = False
         self.epoch = None
+        self._seen = (None, self._seen[1])     # another may lead by now: ask again
+        self._wake.set()
         if not self._stopping.is_set():
             log.warning("leadership_lost", nimbus=address_of(self.me))
             self._on_lost()

@@ -32,6 +32,7 @@ from typing import Any
 import structlog
 from kazoo.exceptions import (BadVersionError, ConnectionLoss, KazooException, NoNodeError,
                               RolledBackError)
+from kazoo.handlers.threading import KazooTimeoutError
 
 from ...idl import NO_LEADER_MESSAGE, NOT_LEADER_MESSAGE
 from ..state.journal import Change, JournalError
@@ -100,12 +101,15 @@ class ZkJournal:
         return position(self.generation, seq)
 
     def _commit(self, txn: Any) -> list[Any]:
+        wait = self._zk.session_timeout
         try:
-            results: list[Any] = txn.commit()
-        except ConnectionLoss:
+            # Bounded: a request made as ZooKeeper went away would wait for it forever.
+            results: list[Any] = txn.commit_async().get(timeout=wait)
+        except (ConnectionLoss, KazooTimeoutError):
             raise JournalError(
-                "ZooKeeper did not confirm the change (connection lost): it may or may "
-                "not have been made; read the state before trying again") from None
+                f"ZooKeeper did not confirm the change within {wait:g} s (connection "
+                "lost): it may or may not have been made; read the state before trying "
+                "again") from None
         except KazooException as exc:
             raise JournalError(f"ZooKeeper refused the change: {exc}") from None
         if isinstance(results[0], (BadVersionError, NoNodeError)):
