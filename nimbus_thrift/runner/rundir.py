@@ -261,18 +261,22 @@ def read_untrusted_tail(path: Path | str, limit: int, *,
     """
     fd, st = open_untrusted(path, below=below)
     try:
-        offset = max(0, st.st_size - limit)
-        chunks: list[bytes] = []
-        left = limit
-        while left > 0:
-            chunk = os.pread(fd, min(left, 1 << 20), offset)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            offset += len(chunk)
-            left -= len(chunk)
+        return pread_up_to(fd, max(0, st.st_size - limit), limit)
     finally:
         os.close(fd)
+
+
+def pread_up_to(fd: int, offset: int, length: int) -> bytes:
+    """At most ``length`` bytes of ``fd`` from ``offset`` (fewer at its end), read in
+    blocks of at most 1 MiB."""
+    chunks: list[bytes] = []
+    while length > 0:
+        chunk = os.pread(fd, min(length, 1 << 20), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+        length -= len(chunk)
     return b"".join(chunks)
 
 

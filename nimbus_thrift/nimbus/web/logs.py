@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ...runner.rundir import UntrustedFile, open_untrusted, report_malformed
+from ...runner.rundir import UntrustedFile, open_untrusted, pread_up_to, report_malformed
 from .calls import call_as
 from .messages import HttpError, Request, Response
 
@@ -84,18 +84,9 @@ def read_piece(path: Path, below: Path, start: int | None, length: int
     try:
         size = st.st_size
         offset = max(0, size - length) if start is None else min(start, size)
-        chunks: list[bytes] = []
-        left, at = length, offset
-        while left > 0:
-            chunk = os.pread(fd, min(left, 1 << 16), at)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            at += len(chunk)
-            left -= len(chunk)
+        return pread_up_to(fd, offset, length), offset, size
     finally:
         os.close(fd)
-    return b"".join(chunks), offset, size
 
 
 class TopologyLogs:
