@@ -19,29 +19,19 @@ from typing import Any, Iterator
 import pytest
 
 from support.nimbus import FakeLauncher, N, make_zip, port_of, wordcount
-from support.rawthrift import REPLY, frame, message, roundtrip
+from support.rawthrift import (ATTACKER, REPLY, frame, message, needs_attacker_address,
+                               roundtrip)
 from nimbus_thrift.client.blobs import upload_blob
 from nimbus_thrift.client.client import NimbusClient
 from nimbus_thrift.nimbus import NimbusDaemon, load_config
 from nimbus_thrift.nimbus.blobs import placement
 
-ATTACKER = "127.0.0.2"
 #: A bound on the good call, only so that a regression fails instead of hanging: the
 #: test's point is the order (answered while the bomb is held), not the time.
 GOOD_CALL_BOUND_S = 20.0
 
 
-def _loopback_alias_works() -> bool:
-    try:
-        with socket.socket() as s:
-            s.bind((ATTACKER, 0))
-    except OSError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _loopback_alias_works(),
-                                reason="this host cannot bind 127.0.0.2")
+pytestmark = needs_attacker_address
 
 
 def bomb(size: int = 8 << 20) -> bytes:

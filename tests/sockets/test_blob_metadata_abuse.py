@@ -14,26 +14,16 @@ import pytest
 from thriftpy2.thrift import TApplicationException
 
 from support.nimbus import FakeLauncher, N, port_of
-from support.rawthrift import EXCEPTION, REPLY, frame, message, roundtrip
+from support.rawthrift import (ATTACKER, EXCEPTION, REPLY, frame, message,
+                               needs_attacker_address, roundtrip)
 from nimbus_thrift.client.blobs import download_blob, upload_blob
 from nimbus_thrift.client.client import NimbusClient
 from nimbus_thrift.nimbus import NimbusDaemon, load_config
 
-ATTACKER = "127.0.0.2"
 CAP = 5
 
 
-def _loopback_alias_works() -> bool:
-    try:
-        with socket.socket() as s:
-            s.bind((ATTACKER, 0))
-    except OSError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _loopback_alias_works(),
-                                reason="this host cannot bind 127.0.0.2")
+pytestmark = needs_attacker_address
 
 
 @pytest.fixture

@@ -13,25 +13,15 @@ import pytest
 from thriftpy2.thrift import TApplicationException
 
 from support.nimbus import FakeLauncher, N, make_zip, port_of, wordcount
-from support.rawthrift import EXCEPTION, REPLY, call, roundtrip
+from support.rawthrift import (ATTACKER, EXCEPTION, REPLY, call, needs_attacker_address,
+                               roundtrip)
 from nimbus_thrift.client.client import NimbusClient
 from nimbus_thrift.nimbus import NimbusDaemon, load_config
 
-ATTACKER = "127.0.0.2"
 LIMIT = 3
 
 
-def _loopback_alias_works() -> bool:
-    try:
-        with socket.socket() as s:
-            s.bind((ATTACKER, 0))
-    except OSError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _loopback_alias_works(),
-                                reason="this host cannot bind 127.0.0.2")
+pytestmark = needs_attacker_address
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from thriftpy2.protocol import TBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TMessageType
 from thriftpy2.transport import TMemoryBuffer
@@ -43,6 +44,22 @@ def call(service: Any, method: str, seqid: int = 1, mtype: int = CALL, strict: b
 #: The loopback address abuse tests attack from; well-behaved clients use 127.0.0.1, so
 #: per-address limits tell them apart (Linux routes all of 127.0.0.0/8 to lo).
 ATTACKER = "127.0.0.2"
+
+
+def attacker_address_usable() -> bool:
+    """Whether this host lets a socket bind :data:`ATTACKER` (Linux routes all of
+    127.0.0.0/8 to lo; some sandboxes do not)."""
+    try:
+        with socket.socket() as sock:
+            sock.bind((ATTACKER, 0))
+    except OSError:
+        return False
+    return True
+
+
+#: For the modules whose every test attacks from :data:`ATTACKER`.
+needs_attacker_address = pytest.mark.skipif(not attacker_address_usable(),
+                                            reason=f"this host cannot bind {ATTACKER}")
 
 
 def connect(address: tuple[str, int], timeout: float = 5.0, source: str | None = None,
