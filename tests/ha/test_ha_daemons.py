@@ -98,9 +98,11 @@ def test_a_follower_reads_refuses_and_takes_over(pair) -> None:
 
     with NimbusClient("127.0.0.1", pb, timeout=10) as follower:
         assert follower.getLeader().port == pa and follower.getLeader().isLeader
-        nimbuses = follower.getClusterInfo().nimbuses
-        assert sorted((n.port, n.isLeader) for n in nimbuses) == sorted(
-            [(pa, True), (pb, False)])
+        # The follower's view of the nimbuses is its watcher's (a moment behind).
+        wait_for_value(lambda: sorted((n.port, n.isLeader) for n in
+                                      follower.getClusterInfo().nimbuses)
+                       == sorted([(pa, True), (pb, False)]), "both nimbuses listed",
+                       timeout=20)
         assert follower.getTopologyConf(_id(pa, "wc"))    # reads from its replica
         with pytest.raises(ServerError) as refused:
             follower.deactivate("wc")

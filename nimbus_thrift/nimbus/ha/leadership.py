@@ -81,6 +81,8 @@ class Leadership:
         """The leader's ``host:port`` as the election last said, or None while there is
         none. Never waits for ZooKeeper (calls and refusals ask it): kept up to date by
         the watcher thread, the last known value while ZooKeeper cannot be asked."""
+        if self.epoch is not None:
+            return address_of(self.me)      # this nimbus's own term: known here first
         return self._seen[0]
 
     def nimbuses(self) -> list[NimbusPeer]:
@@ -91,8 +93,11 @@ class Leadership:
     def refresh(self) -> None:
         """Ask ZooKeeper who contends and who runs now (the watcher thread's step;
         blocks while ZooKeeper does not answer)."""
-        contenders = self._election.contenders()
         client = self._zk.client
+        # The watch first, then the read: a change after the read fires it, so no
+        # change is missed between the two.
+        client.get_children(LEADER, watch=self._changed)
+        contenders = self._election.contenders()
         entries = []
         for name in sorted(client.get_children(NIMBUSES, watch=self._changed)):
             try:
@@ -102,7 +107,6 @@ class Leadership:
                                            float(raw["started_at"]), str(raw["version"])))
             except (NoNodeError, ValueError, KeyError, TypeError):
                 continue        # gone meanwhile, or not ours to read
-        client.get_children(LEADER, watch=self._changed)
         self._seen = (contenders[0] if contenders else None, entries)
 
     def _changed(self, _event: object) -> None:
@@ -179,7 +183,6 @@ class Leadership:
             self._zk.client.create(EPOCH, address_of(self.me).encode())
             stat = self._zk.client.exists(EPOCH)
         self.epoch = stat.version
-        self._seen = (address_of(self.me), self._seen[1])      # before the watch says so
         self._wake.set()
         log.info("leadership_gained", nimbus=address_of(self.me), epoch=self.epoch)
         started = time.monotonic()
