@@ -7,8 +7,9 @@ owns one job: the shared flags (:mod:`.options`), the values users type
 (:mod:`.param_types`), the client connection (:mod:`.connection`), stopping on signals
 (:mod:`.stop_signals`), submit's progress lines (:mod:`.progress`), and the commands
 themselves: the demo server (:mod:`.demo_command`), the daemon (:mod:`.daemon_commands`),
-the topologies (:mod:`.topology_commands`), submitting (:mod:`.submit_command`) and the
-blob store (:mod:`.blob_commands`).
+the topologies (:mod:`.topology_commands`), submitting (:mod:`.submit_command`), the
+blob store (:mod:`.blob_commands`) and a topology's log (:mod:`.logs_command`, read by
+:mod:`.log_reader`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .. import logs
 from .blob_commands import blob
 from .daemon_commands import nimbus, ui, warm_up
 from .demo_command import demo
+from .logs_command import logs_
 from .submit_command import submit
 from .topology_commands import activate, conf, deactivate, info, kill, list_, rebalance, \
     set_log_level
@@ -31,7 +33,7 @@ def main() -> None:
 
     Start the daemon with `nimbus` (`warm-up` first makes topologies start sooner);
     `submit`, `list`, `info`, `kill`, `activate`, `deactivate`, `rebalance`, `conf`,
-    `set-log-level` and `blob` talk to a running one: through the local daemon's Unix
+    `set-log-level`, `logs` and `blob` talk to a running one: through the local daemon's Unix
     socket when it exists and no host or port is given, else over TCP (--host/--port),
     with TLS given --tls-cert, --tls-key or --tls-ca. Each setting also comes from
     NIMBUS_THRIFT_HOST, ..._PORT, ..._TLS_CERT, ..._TLS_KEY, ..._TLS_CA, ..._UNIX_SOCKET,
@@ -48,6 +50,6 @@ def main() -> None:
 
 # The order commands were written in (--help sorts them by name).
 for _command in (demo, nimbus, ui, warm_up, list_, info, kill, activate, deactivate,
-                 rebalance, submit, conf, blob, set_log_level):
+                 rebalance, submit, conf, blob, set_log_level, logs_):
     main.add_command(_command)
 del _command

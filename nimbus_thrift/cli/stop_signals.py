@@ -1,11 +1,13 @@
 """How the server commands (demo, nimbus) run in the foreground: until SIGINT or SIGTERM,
-and, for the daemon, SIGHUP."""
+and, for the daemon, SIGHUP; and how a command that reads on (``logs --follow``) is
+stopped."""
 
 from __future__ import annotations
 
 import signal
 import threading
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 
 def on_stop_signals(hangup: bool = False) -> "threading.Event":
@@ -35,3 +37,22 @@ def on_stop_signals(hangup: bool = False) -> "threading.Event":
 def wait(stop: "threading.Event") -> None:
     while not stop.wait(3600):
         pass
+
+
+@contextmanager
+def stopping_on_signals() -> Iterator["threading.Event"]:
+    """An event that SIGINT (Ctrl-C) and SIGTERM set while the block runs, for a
+    command that reads on until stopped (``logs --follow``) and then ends quietly
+    with status 0; the handlers before it are put back after it."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    saved = {number: signal.signal(number, on_signal)
+             for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)
