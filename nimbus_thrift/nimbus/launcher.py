@@ -144,6 +144,11 @@ class Launcher(Protocol):
     ``launch`` must be idempotent: after a daemon restart it is called again for every
     known topology and should adopt what is still running.
 
+    A launcher whose topologies take room elsewhere than this host may also define
+    ``check_capacity(conf, parallelism, num_workers)``, raising ValueError with one
+    sentence when that room is not free now: the submit is refused with it (the
+    cluster launcher does, against the standalone master's alive workers).
+
     A topology's run-time settings (log levels, tuple sampling) are not calls: the
     daemon writes them to ``settings.json`` in its work directory
     (:class:`~nimbus_thrift.runner.rundir.RunSettings`), which the runner follows; a

@@ -2,7 +2,9 @@
 configuration names (``launcher:``):
 
     spark       the default: each topology is one Spark application, started with
-                spark-submit on ``spark_master`` (:mod:`.spark.launcher`).
+                spark-submit on ``spark_master`` (:mod:`.spark.launcher`), or with
+                ``deploy_mode: cluster`` its driver submitted to a standalone
+                master's workers (:mod:`.spark.cluster.launcher`).
     none        nothing runs: topologies are accepted, stored and controlled, and report
                 "not scheduled" (a Nimbus with no supervisors). For clients, tooling and
                 tests that need the service but not the execution.
@@ -60,6 +62,9 @@ class UnscheduledLauncher:
 
 def _spark(config: Any) -> Launcher:
     # Imported when chosen: the module looks for PySpark and Java as it starts.
+    if getattr(config, "deploy_mode", "client") == "cluster":
+        from .spark.cluster.launcher import ClusterLauncher
+        return ClusterLauncher(config)
     from .spark.launcher import SparkLauncher
     # The daemon's launcher keeps standby drivers (standby_drivers).
     return SparkLauncher(config, standbys=True)

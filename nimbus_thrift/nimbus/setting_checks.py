@@ -93,6 +93,27 @@ def _check_ha(config: NimbusConfig) -> None:
                           "copy of the state in data_dir")
 
 
+def _check_deploy_mode(config: NimbusConfig) -> None:
+    """Cluster deploy mode is the standalone master's REST submission: only a
+    ``spark://`` master with the spark launcher has one."""
+    if config.deploy_mode != "cluster":
+        return
+    master = config.spark_master.strip()
+    if not master.startswith("spark://"):
+        where = ("Kubernetes masters run drivers in the cluster through spark-submit "
+                 "itself (docs/operations.md)") if master.startswith("k8s://") else \
+            "a local master runs every driver here"
+        raise ConfigError(f"deploy_mode cluster needs a spark:// master (a standalone "
+                          f"cluster with its REST server on), not {master!r}: {where}")
+    if config.run_as_user:
+        raise ConfigError("deploy_mode cluster runs drivers on the workers, as the "
+                          "workers' OS user: run_as_user (each topology as its owner's "
+                          "OS user on this machine) cannot apply; turn one of them off")
+    if "," in master:
+        raise ConfigError("deploy_mode cluster takes one spark:// master (its REST "
+                          f"server submits the drivers), not the list {master!r}")
+
+
 def _check_tls(config: NimbusConfig) -> None:
     """The TLS files go together and must be readable files."""
     cert, key, ca = config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file

@@ -31,7 +31,7 @@ from ..rpc.options import (DEFAULT_DECODED_SIZE_FACTOR, DEFAULT_FIRST_REQUEST_TI
                            DEFAULT_MAX_CONNECTIONS, DEFAULT_MIN_FRAME_RATE,
                            DEFAULT_PARK_TIMEOUT, DEFAULT_WRITE_TIMEOUT)
 from .setting_checks import (MAX_UNIX_SOCKET_PATH_BYTES, ConfigError, _check_addresses,
-                             _check_cache_dir, _check_ha, _check_principal_map,
+                             _check_cache_dir, _check_deploy_mode, _check_ha, _check_principal_map,
                              _check_principals, _check_tls, _check_unix_socket,
                              _check_url, _check_zookeeper_root)
 
@@ -389,6 +389,18 @@ class NimbusConfig:
         default_text="port 8080 on the host of spark_master",
         doc="A standalone master's web UI (http://host:8080), read for getClusterInfo's "
             "supervisors.")
+    deploy_mode: str = setting(
+        "client", flag="--deploy-mode", choices=("client", "cluster"), section=TOPOLOGIES,
+        doc="Where a topology's driver runs: client (a child of this daemon) or cluster "
+            "(on a worker of the spark:// master, supervised by it).",
+        details="Cluster mode submits through the standalone master's REST server "
+                "(spark.master.rest.enabled); its drivers outlive the daemon. See "
+                "[operations.md](operations.md#drivers-on-the-cluster).")
+    spark_master_rest: str = setting(
+        "", check=_check_url, section=TOPOLOGIES,
+        default_text="port 6066 on the host of spark_master",
+        doc="A standalone master's REST submission server (http://host:6066), used in "
+            "cluster deploy mode.")
     spark_cache_dir: str = setting(
         "", holds_path=True, check=_check_cache_dir, section=TOPOLOGIES,
         default_text="~/.cache/nimbus-thrift ($XDG_CACHE_HOME); none with a custom "
@@ -567,6 +579,7 @@ class NimbusConfig:
             declared.validate(getattr(self, name))
         _check_tls(self)
         _check_ha(self)
+        _check_deploy_mode(self)
 
     @property
     def files_dir(self) -> Path:

@@ -185,6 +185,14 @@ class TopologyCalls:
                 raise Unauthorized(owner, call.operation, "", "topologies run as their "
                                    f"owner's OS user (run_as_user), and {exc}") from None
         plan = self._check_code(topology, conf, upload.id)
+        capacity = getattr(self._launcher, "check_capacity", None)
+        if capacity is not None:
+            # Where drivers run on a cluster, its free room now (cluster mode).
+            try:
+                capacity(plan.conf, max(plan.executors.values(), default=1),
+                         plan.num_workers)
+            except ValueError as exc:
+                raise InvalidTopology(str(exc)) from None
         with ExitStack() as held:
             with self._names_lock:
                 self._check_name_free(name)

@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import sys
 import threading
 import time
@@ -70,12 +69,10 @@ from typing import Any, Callable, Mapping, Sequence
 import structlog
 
 from ...runner.rundir import RunDir
-from ...runner.spec import RunSpec, from_plan
-from ...topology.validate import InvalidTopology
+from ...runner.spec import RunSpec
 from ..config import NimbusConfig
 from ..launcher import LauncherError, LaunchSpec, RunStatus, WorkerNode
-from ..security.runas import ROOT_UID, OsUser, RunAsRefused, as_owner_of, os_user_of, \
-    own_work_dir, unreachable_parts
+from ..security.runas import ROOT_UID, OsUser, RunAsRefused, os_user_of, unreachable_parts
 from .app_home import AppSparkHome
 from .archive import ClassArchive
 from .archive_choice import ArchiveChoice
@@ -91,7 +88,7 @@ from .standby import REPLACE_DELAY_SECS, StandbyPool
 from .standby_app import STANDBY_DIR, StandbyApp, tidy_standbys
 from .standby_drivers import StandbyDrivers, standby_count
 from .status import failure_text, run_status
-from .submit import extract_code
+from .preparation import prepare_work_dir
 from .termination import TERM_GRACE_SECS, terminate
 
 log = structlog.get_logger(__name__)
@@ -487,30 +484,8 @@ class SparkLauncher:
     def _start(self, run: Run, spec: LaunchSpec, reason: str) -> None:
         """Write the work directory for ``spec`` and start the application."""
         try:
-            run_spec = from_plan(spec.topology_id, spec.name, spec.require_plan(),
-                                 spec.executors)
-            rd = run.dir
             user = self._os_user(spec)
-            if user is not None:
-                own_work_dir(rd.root, user)
-            else:
-                rd.root.mkdir(parents=True, exist_ok=True)
-            # The code is read as the daemon (its copy is the daemon's alone) and
-            # written as the work directory's owner.
-            with open(spec.code_path, "rb") as code, as_owner_of(rd.root):
-                run_spec.write(rd.spec)
-                zip_copy = rd.root / "code.zip"
-                if not rd.code.is_dir() or not zip_copy.is_file():
-                    extract_code(code, rd.code)
-                    code.seek(0)
-                    tmp = zip_copy.with_name(".code.zip.tmp")
-                    with open(tmp, "wb") as out:
-                        shutil.copyfileobj(code, out)
-                    os.replace(tmp, zip_copy)
-                rd.set_control("active" if spec.active else "paused")
-        except (InvalidTopology, OSError, ValueError) as exc:
-            run.launch_error = f"{type(exc).__name__}: {exc}"
-            raise LauncherError(f"cannot prepare {run.dir.root}: {exc}") from None
+            run_spec = prepare_work_dir(spec, run.dir, user)
         except LauncherError as exc:
             run.launch_error = str(exc)
             raise

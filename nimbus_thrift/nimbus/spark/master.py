@@ -79,13 +79,13 @@ def cluster_nodes(url: str, version: str, clock: Callable[[], float]) -> list[Wo
         worker_id = str(worker.get("id") or f"{worker.get('host')}:{worker.get('port')}")
         nodes.append(WorkerNode(
             node_id=worker_id, host=str(worker.get("host") or ""),
-            started_at=_worker_started(worker_id, clock()),
+            started_at=worker_started(worker_id, clock()),
             slots=int(worker.get("cores") or 0),
             used_slots=int(worker.get("coresused") or 0), version=version))
     return nodes
 
 
-def _worker_started(worker_id: str, default: float) -> float:
+def worker_started(worker_id: str, default: float) -> float:
     """A standalone worker's id is ``worker-<yyyyMMddHHmmss>-<host>-<port>``, in the
     worker's local time; the master's JSON has no start time otherwise."""
     match = re.match(r"worker-(\d{14})-", worker_id)

@@ -225,10 +225,17 @@ def cluster_confs(master: str, run_spec: RunSpec, num_workers: int) -> dict[str,
     (see :func:`submit_command`); none on other masters."""
     if not master.startswith("spark://"):
         return {}
-    user = user_confs(run_spec)
+    parallelism = max([c.parallelism for c in run_spec.components.values()] or [1])
+    return cluster_cores(user_confs(run_spec), parallelism, num_workers)
+
+
+def cluster_cores(user: Mapping[str, str], parallelism: int,
+                  num_workers: int) -> dict[str, str]:
+    """``spark.cores.max`` (the most parallel component's parallelism) and
+    ``spark.executor.cores`` (those cores over ``topology.workers`` executors) of a
+    cluster application whose topology sets neither in ``user``."""
     confs: dict[str, str] = {}
-    cores_max = user.get("spark.cores.max") or str(
-        max([c.parallelism for c in run_spec.components.values()] or [1]))
+    cores_max = user.get("spark.cores.max") or str(max(1, parallelism))
     confs["spark.cores.max"] = cores_max
     if "spark.executor.cores" not in user and cores_max.isdigit():
         workers = max(1, num_workers)

@@ -1,0 +1,203 @@
+"""What the cluster launcher reports of a topology (:class:`RunStatus`): read, each time
+it is asked, from three facts: the driver's state as the master lists it
+(:mod:`.masterview`), the driver's last ``status.json`` and its attempts
+(``attempts.json``: each start of the driver, written by the driver itself), both in
+the work directory every host sees::
+
+    master says   status.json says     -> state     detail
+    SUBMITTED     -                       starting  "starting: driver D is waiting for
+                                                     a worker with room for it"
+    RUNNING       nothing, starting       starting  "starting: driver D on H, ..."
+    RUNNING       running, paused, ...    the same  "running: batch 12, 3.4k tuples/s;
+                                                     driver D on H"
+    RUNNING       failed                  failed    "failed: <error> (driver D is
+                                                     exiting)"
+    RELAUNCHING   -                       failed    "failed: <last failure>; the master
+                                                     relaunches driver D ..."
+    FINISHED      stopped / finished      the same
+    FINISHED      failed (gave up)        failed    "failed: <error>; gave up after ..."
+    KILLED        -                       stopped   (asked) or failed (killed elsewhere)
+    FAILED/ERROR  -                       failed    "failed: <the master's message>"
+    UNKNOWN       -                       failed    "the master no longer knows D"
+    unreadable    fresh (< 15 s old)      its own   "...; the master cannot be read"
+    unreadable    stale or none           unscheduled
+
+The detail starts with the state word and a colon, as client mode's
+(:mod:`..status`), whose sentence helpers this uses.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from ....runner.attempts import AttemptsSummary, read_summary
+from ....runner.rundir import RunState
+from ...config import NimbusConfig
+from ...launcher import ComponentStats, RunStatus
+from ..status import (IN_FLIGHT, MAX_ERRORS, SPARK_COMPONENT, error_text, first_line,
+                      last_stderr_line, rate, shorten)
+from .masterview import MasterView
+from .records import ClusterRun
+
+#: A status.json written this recently says the driver lives even when the master
+#: cannot be read (the driver writes it every 0.5 s).
+FRESH_STATUS_SECS = 15.0
+
+
+def where(run: ClusterRun, view: MasterView) -> tuple[str, str]:
+    """``(worker id, host)`` of ``run``'s driver as the master lists it."""
+    driver = view.drivers.get(run.driver_id)
+    if driver is None or not driver.worker_id:
+        return "", ""
+    worker = view.worker(driver.worker_id)
+    return driver.worker_id, worker.host if worker is not None else ""
+
+
+def cluster_status(run: ClusterRun, view: MasterView, driver_state: str,
+                   config: NimbusConfig, clock: Callable[[], float] = time.time
+                   ) -> RunStatus:
+    """The status of ``run``, whose driver the master says is in ``driver_state`` (""
+    when the master cannot be read: ``view.error`` says why)."""
+    if not run.driver_id:
+        if run.launch_error:
+            return RunStatus(state="failed", errors=tuple(run.errors),
+                             detail=f"failed: could not launch: {run.launch_error}")
+        return RunStatus(state="unscheduled",
+                         detail="unscheduled: no driver has been submitted yet")
+    last = run.status_file()
+    attempts = read_summary(run.dir, clock())
+    _, host = where(run, view)
+    on = f"driver {run.driver_id}" + (f" on {host}" if host else "")
+    state, detail, relaunching = _state(run, last, attempts, driver_state, view, on,
+                                        config, clock)
+    components = {cid: ComponentStats(emitted=f.emitted, processed=f.processed,
+                                      rate=f.rate, latency_ms=f.latency_ms,
+                                      busy_ms=f.busy_ms)
+                  for cid, f in (last.components if last is not None else {}).items()}
+    errors = list(run.errors)
+    if last is not None and last.state == "failed" and last.error and \
+            (not errors or errors[-1][1] != last.error):
+        errors.append((last.error_component or SPARK_COMPONENT, last.error,
+                       int(last.updated_at)))
+    batched = last is not None and last.batch_id >= 0
+    started = last.started_at if last is not None and last.started_at else \
+        run.submitted_at
+    return RunStatus(
+        state=state, detail=detail, started_at=started, host=host,
+        ui_url=last.ui_url if last is not None and state in ("running", "paused")
+        else "",
+        components=components, errors=tuple(errors[-MAX_ERRORS:]),
+        restarts=attempts.failures_in_row, relaunching=relaunching,
+        batches=last.batch_id + 1 if batched and last is not None else None,
+        last_batch_secs=last.batch_ms / 1000 if batched and last is not None else None)
+
+
+def _state(run: ClusterRun, last: RunState | None, attempts: AttemptsSummary,
+           driver_state: str, view: MasterView, on: str, config: NimbusConfig,
+           clock: Callable[[], float]) -> tuple[str, str, str]:
+    """``(state, detail, relaunching)`` by the table of the module docstring."""
+    if driver_state == "":
+        fresh = last is not None and clock() - last.updated_at < FRESH_STATUS_SECS
+        note = f"; the master cannot be read: {view.error}"
+        if fresh and last is not None:
+            state, detail = _alive(run, last, attempts, on, config)
+            return state, detail + note, ""
+        return "unscheduled", (f"unscheduled: {on} may or may not run: its status is "
+                               f"not fresh{note}"), ""
+    if driver_state == "SUBMITTED":
+        return "starting", f"starting: {on} is waiting for a worker with room for it", ""
+    if driver_state == "RUNNING":
+        return (*_alive(run, last, attempts, on, config), "")
+    if driver_state == "RELAUNCHING":
+        failure = _failure(run, last, attempts, view)
+        return "failed", (f"failed: {failure}; the master relaunches {on} from the "
+                          "checkpoint"), \
+            "after a failure"
+    if driver_state == "KILLED" and (run.stopped or run.dir.control_state() == "stop"):
+        return "stopped", f"stopped: {on} was stopped", ""
+    if driver_state == "FINISHED" and last is not None:
+        if last.state == "finished":
+            batch = f" after batch {last.batch_id}" if last.batch_id >= 0 else ""
+            return "finished", f"finished: the bounded run completed{batch}", ""
+        if last.state == "stopped" or (last.state == "stopping" and run.stopped):
+            return "stopped", f"stopped: {on} stopped", ""
+    if run.stopped:
+        return "stopped", f"stopped: {on} was stopped ({driver_state})", ""
+    if run.pending_relaunch:
+        return "stopped", "stopped: being relaunched with the new parallelism", \
+            "with the new parallelism"
+    if driver_state == "KILLED":
+        return "failed", (f"failed: {on} was killed, not by nimbus-thrift (the master's "
+                          "UI or another REST client); activate the topology to "
+                          "start it again"), ""
+    if driver_state == "UNKNOWN":
+        return "failed", (f"failed: the master no longer knows {on} (restarted "
+                          "without recovery?); activate the topology to start it "
+                          "again"), ""
+    failure = _failure(run, last, attempts, view)
+    if attempts.gave_up:
+        said = first_line(attempts.gave_up_error) or failure
+        return "failed", (f"failed: {shorten(said, 500)} (deactivate and activate the "
+                          "topology to try again)"), ""
+    return "failed", f"failed: {failure} ({on} {driver_state})", ""
+
+
+def _alive(run: ClusterRun, last: RunState | None, attempts: AttemptsSummary, on: str,
+           config: NimbusConfig) -> tuple[str, str]:
+    """``(state, detail)`` of a driver the master says runs."""
+    suffix = ""
+    if attempts.failures_in_row:
+        suffix = (f"; relaunched from the checkpoint after a failure"
+                  f"{_restart_count(attempts, config)}: "
+                  f"{shorten(first_line(attempts.last_failure), 300)}")
+    if last is None or last.state == "starting":
+        if attempts.relaunch_at:
+            return "starting", (f"starting: {on} waits before relaunching from the "
+                                f"checkpoint{suffix}")
+        up = f"Spark application {last.app_id} is up, waiting for the first batch" \
+            if last is not None and last.app_id else "waiting for the Spark application"
+        return "starting", f"starting: {up}; {on}{suffix}"
+    batch = f"batch {last.batch_id}" if last.batch_id >= 0 else "no batch yet"
+    if last.state == "running":
+        return "running", f"running: {batch}, {rate(_tuple_rate(run, last))} " \
+                          f"tuples/s; {on}{suffix}"
+    if last.state == "paused":
+        draining = f"; {IN_FLIGHT}" if last.in_flight else ""
+        return "paused", f"paused: spouts stopped, {batch}; {on}{draining}{suffix}"
+    if last.state == "failed":
+        return "failed", (f"failed: {first_line(error_text(last))} ({on} is exiting; "
+                          f"see {run.dir.logs / 'stderr'})")
+    if last.state in ("stopping", "stopped"):
+        return "stopping", f"stopping: {on} is stopping"
+    return last.state, f"{last.state}: {on}"
+
+
+def _failure(run: ClusterRun, last: RunState | None, attempts: AttemptsSummary,
+             view: MasterView) -> str:
+    if last is not None and last.state == "failed" and last.error:
+        return first_line(error_text(last))
+    if attempts.last_failure:
+        return shorten(first_line(attempts.last_failure), 500)
+    line = last_stderr_line(run.dir.logs / "stderr", run.dir.root)
+    said = "the driver exited without a final status" + (f": {line}" if line else "")
+    # Before the driver takes its work directory's logs (or when Python never
+    # started), what it wrote is on its worker.
+    driver = view.drivers.get(run.driver_id)
+    worker = view.worker(driver.worker_id) if driver is not None else None
+    link = worker.driver_log(run.driver_id, "stdout") if worker is not None else ""
+    return said + (f" (its worker's log: {link})" if link else "")
+
+
+def _restart_count(attempts: AttemptsSummary, config: NimbusConfig) -> str:
+    """`` (restart k of N)`` of a driver relaunched after k failures in a row."""
+    if not config.restart_failed or not attempts.failures_in_row:
+        return ""
+    return f" (restart {attempts.failures_in_row} of {config.max_restarts})"
+
+
+def _tuple_rate(run: ClusterRun, last: RunState) -> float:
+    spouts = [f.rate for cid, f in last.components.items() if cid in run.spouts]
+    if spouts:
+        return sum(spouts)
+    return max([f.rate for f in last.components.values()] or [0.0])
