@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 
+from .claim import ClaimLost, Fence
 from .decode import output_rows
 from .plan import (BOLT_COLUMN, LEAF_COLUMN, SLOT_COLUMN, SPARK_TYPES, STREAM_COLUMN,
                    TASK_COLUMN, Node, Output, Plan, Slot, StatefulOp, routing_values)
@@ -381,16 +382,20 @@ def _decode(output: Output, table: pa.Table, prefix: str) -> dict[str, list[tupl
 class BatchSink:
     """The foreachBatch function: runs the tail over the batch (persisted: it is read
     more than once, and its plan holds the stateful operator, which must run once)
-    and collects the leaves' tuples if asked."""
+    and collects the leaves' tuples if asked. With a ``fence`` (:mod:`.claim`) it
+    runs nothing, and the batch is not committed, once another driver holds the claim."""
 
     def __init__(self, plan: Plan, accumulator: Any, collected: "Collected | None",
-                 work_dir: str):
+                 work_dir: str, fence: Fence | None = None):
         self.plan = plan
         self.accumulator = accumulator
         self.collected = collected
         self.work_dir = work_dir
+        self.fence = fence
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        if self.fence is not None and not self.fence.holds():
+            raise ClaimLost(self.fence.path)
         plan = self.plan
         if not plan.has_tail:
             assert self.collected is not None
@@ -433,16 +438,18 @@ def arrow_batch_rows(spark: SparkSession) -> int:
 
 
 def build_query(spark: SparkSession, plan: Plan, work_dir: Path, accumulator: Any,
-                bounded: bool, collect: Collected | None) -> tuple[DataFrame, BatchSink | None]:
+                bounded: bool, collect: Collected | None, fence: Fence | None = None
+                ) -> tuple[DataFrame, BatchSink | None]:
     """The streaming DataFrame of the sink, and the foreachBatch function to write it
-    with (None: nothing to do per batch but run it, the ``noop`` sink)."""
+    with (None: nothing to do per batch but run it, the ``noop`` sink). ``fence``: a
+    cluster-mode driver's (:mod:`.claim`), asked by the spouts and the sink."""
     roots: dict[str, DataFrame] = {}
     for index, node in enumerate(plan.phase("head")):
         if node.kind != "spout":
             continue
         cls = source_class(node, index, plan.topology, work_dir, plan.max_batch,
                            pausable=not bounded, accumulator=accumulator,
-                           schema_ddl=ddl(node.output.columns()))
+                           schema_ddl=ddl(node.output.columns()), fence=fence)
         spark.dataSource.register(cls)
         roots[node.id] = spark.readStream.format(cls.format_name).load()
     builder = Builder(plan, accumulator, roots, str(work_dir),
@@ -459,4 +466,4 @@ def build_query(spark: SparkSession, plan: Plan, work_dir: Path, accumulator: An
             return next(iter(frames.values())), None
         return sink_frame(plan, frames), None
     sink = sink_frame(plan, frames)
-    return sink, BatchSink(plan, accumulator, collect, str(work_dir))
+    return sink, BatchSink(plan, accumulator, collect, str(work_dir), fence)

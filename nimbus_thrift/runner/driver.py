@@ -31,7 +31,9 @@ level it had at start when the setting is removed or its time is up.
 
 With ``--standby PID:TICKS`` it is a standby driver instead (:mod:`.standby`): it
 warms up and waits to be handed a topology, then runs it as above
-(:func:`run_handed`).
+(:func:`run_handed`). With ``--cluster`` it is a driver a standalone master runs on
+one of its workers (:mod:`.cluster_driver`, entered through ``spark_main.py``): its
+own logs, attempts and back-off, and a fence against a second driver.
 
 SIGTERM to this (Python) process is the same as ``stop``. A failed query gives status
 ``failed`` with a one-line ``error`` (naming the component whose code raised, also in
@@ -52,6 +54,7 @@ from types import FrameType
 from typing import Any, Callable
 
 from ..topology.blobs import WORK_DIR_ENV
+from .claim import DriverFence
 from .loglevels import LogLevels
 from .rundir import STANDBY_READY, STANDBY_WARMING, RunDir, RunState
 from .settings import SettingsWatcher, configure_logging
@@ -136,12 +139,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="be a standby driver (:mod:`.standby`): warm up with the "
                              "spec in --workdir, then wait for a hand-off; exit if "
                              "the daemon PID started at TICKS is gone")
+    parser.add_argument("--cluster", action="store_true",
+                        help="run on a standalone master's worker (:mod:`.cluster_driver`)"
+                             ": logs, attempts and back-off kept in --workdir")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the driver; returns the process exit code."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.cluster:
+        print("spark_main: --cluster is run by cluster_driver.main", file=sys.stderr)
+        return EXIT_USAGE
     run_dir = RunDir(args.workdir)
     if not run_dir.spec.is_file():
         print(f"spark_main: no run spec at {run_dir.spec}", file=sys.stderr)
@@ -153,6 +162,13 @@ def main(argv: list[str] | None = None) -> int:
         return _run_standby(run_dir, args.standby, stop)
     status = Status(run_dir)
     status.write()
+    return serve_cold(run_dir, status, stop)
+
+
+def serve_cold(run_dir: RunDir, status: Status, stop: "_StopSignal",
+               fence: DriverFence | None = None) -> int:
+    """Start a SparkSession for the topology of ``run_dir`` and run it (a cold driver:
+    :func:`main`, and :mod:`.cluster_driver` with its ``fence``)."""
     spec = _read_spec(run_dir, status)
     if spec is None:
         return EXIT_FAILED
@@ -166,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         status.write(state="failed", error=one_line(exc))
         return EXIT_FAILED
-    return _serve(spark, spec, run_dir, status, stop)
+    return _serve(spark, spec, run_dir, status, stop, fence)
 
 
 def run_handed(spark: Any, run_dir: RunDir, stop: "_StopSignal") -> int:
@@ -247,10 +263,10 @@ def _read_spec(run_dir: RunDir, status: Status) -> RunSpec | None:
 
 
 def _serve(spark: Any, spec: RunSpec, run_dir: RunDir, status: Status,
-           stop: "_StopSignal") -> int:
+           stop: "_StopSignal", fence: DriverFence | None = None) -> int:
     """Run the topology's query until it ends or is stopped, then stop the session."""
     try:
-        return _run(spark, spec, run_dir, status, stop)
+        return _run(spark, spec, run_dir, status, stop, fence)
     except Exception as exc:            # the JVM went away, or a bug of ours
         status.write(state="failed", error=one_line(exc))
         return EXIT_FAILED
@@ -286,11 +302,12 @@ def one_line(exc: BaseException) -> str:
 
 
 def _run(spark: Any, spec: RunSpec, run_dir: RunDir, status: Status,
-         stop: _StopSignal) -> int:
+         stop: _StopSignal, fence: DriverFence | None) -> int:
     from .stats import StatsTracker
     from .query import TopologyQuery
     try:
-        run = TopologyQuery(spark, spec, run_dir)
+        run = TopologyQuery(spark, spec, run_dir,
+                            fence=fence.fence if fence is not None else None)
         query = run.start()
     except Exception as exc:
         status.write(state="failed", error=one_line(exc))
@@ -308,6 +325,9 @@ def _run(spark: Any, spec: RunSpec, run_dir: RunDir, status: Status,
                 if last else 0.0}
 
     while True:
+        if fence is not None and not fence.poll():
+            query.stop()        # another driver took over: nothing more of ours
+            return EXIT_OK
         settings.refresh()
         wanted = run_dir.control_state()
         if stop.received or wanted == "stop":

@@ -13,6 +13,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from .claim import Fence
 from .dataflow import BatchSink, Collected, StatsParam, build_query
 from .failures import describe_failure
 from .plan import Plan, build_plan
@@ -29,10 +30,13 @@ class TopologyQuery:
     0, the default, starts the next batch as soon as one ends), ``bounded`` (read what
     the spouts have at the start, in batches, then end: ``availableNow``),
     ``max_batch`` (see :func:`~.plan.max_batch_of`).
+
+    ``fence`` (a cluster-mode driver's, :mod:`.claim`): the spouts plan no batch and
+    the sink runs none while another driver holds the claim.
     """
 
     def __init__(self, spark: SparkSession, spec: RunSpec, run_dir: RunDir, *,
-                 collect: bool = False):
+                 collect: bool = False, fence: Fence | None = None):
         self.spark = spark
         self.spec = spec
         self.run_dir = run_dir
@@ -45,6 +49,7 @@ class TopologyQuery:
         self.trigger_ms = trigger_ms
         self.accumulator = spark.sparkContext.accumulator({}, StatsParam())
         self.collected = Collected() if collect else None
+        self.fence = fence
         self.query: StreamingQuery | None = None
 
     def start(self) -> StreamingQuery:
@@ -56,7 +61,8 @@ class TopologyQuery:
         if self.plan.stateful is not None:
             self.spark.conf.set(SHUFFLE_PARTITIONS, str(self.plan.stateful.parallelism))
         frame, sink = build_query(self.spark, self.plan, self.run_dir.root,
-                                  self.accumulator, self.bounded, self.collected)
+                                  self.accumulator, self.bounded, self.collected,
+                                  self.fence)
         writer = (frame.writeStream.queryName(self.spec.name).outputMode("append")
                   .option("checkpointLocation", str(self.run_dir.checkpoint)))
         if self.bounded:

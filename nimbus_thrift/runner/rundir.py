@@ -11,6 +11,9 @@
       checkpoint/      Spark's offsets, commits and keyed state
       logs/            spark-submit stdout and stderr
       launch.json      the launcher's record of the process (pid, start time, ui port)
+      supervision.json cluster mode (``--cluster``): the daemon's relaunch policy
+      attempts.json    ... the drivers' record of their attempts (:mod:`.attempts`)
+      driver.claim     ... the one driver that may run now (:mod:`.claim`)
       settings.json    run-time settings (RunSettings below: logger levels, tuple
                        sampling), written by the daemon, read by the driver at each
                        poll and by the Python workers at each task; a change applies
@@ -389,6 +392,12 @@ class RunState:
     ``failed`` (``error`` says why). ``in_flight``, while ``paused`` only: a batch
     planned before the pause may still be running (its tuples still reach the bolts);
     false once none can be, and then nothing changes until the topology is activated.
+
+    A cluster-mode driver (:mod:`.cluster_driver`) also says ``restarts``: the failures
+    in a row before its attempt; ``relaunch_at`` (epoch seconds), while ``starting``:
+    when its back-off ends and it starts Spark (0: no wait); ``relaunch``, on
+    ``failed``: this driver exits for the master to relaunch it (restarts remain),
+    false when the failure is final. Client mode leaves them 0 and false.
     """
 
     state: str
@@ -403,6 +412,9 @@ class RunState:
     error: str = ""
     error_component: str = ""
     in_flight: bool = False
+    restarts: int = 0
+    relaunch_at: float = 0.0
+    relaunch: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -439,7 +451,10 @@ class RunState:
                    components={str(k): ReportedStats.from_dict(v)
                                for k, v in components.items()},
                    error=error, error_component=_field(raw, "error_component", (str,), ""),
-                   in_flight=_field(raw, "in_flight", (bool,), False))
+                   in_flight=_field(raw, "in_flight", (bool,), False),
+                   restarts=_field(raw, "restarts", (int,), 0),
+                   relaunch_at=float(_field(raw, "relaunch_at", _NUMBER, 0.0)),
+                   relaunch=_field(raw, "relaunch", (bool,), False))
 
 
 #: Longest Spark UI address taken from a status (a host name and a port are far less).
@@ -560,6 +575,9 @@ class RunDir:
         self.handoff = self.root / "handoff"
         self.current = self.root / "current"
         self.standby = self.root / "standby.json"
+        self.supervision = self.root / "supervision.json"   # cluster mode: .attempts
+        self.attempts = self.root / "attempts.json"
+        self.claim = self.root / "driver.claim"             # cluster mode: .claim
 
     def set_control(self, state: str) -> None:
         if state not in CONTROL_STATES:

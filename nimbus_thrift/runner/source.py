@@ -12,7 +12,9 @@ One source per spout, one partition per spout task with new offsets. Offsets are
   task and batch.
 
 The pause switch is the work directory's ``control`` file, read in ``latestOffset``:
-while it says ``paused`` the offsets stay put and Spark plans no batch.
+while it says ``paused`` the offsets stay put and Spark plans no batch. So it is for a
+cluster-mode driver that no longer holds ``driver.claim`` (:mod:`.claim`, asked only
+when there are new offsets to offer: once per batch); its ``commit`` acks nothing.
 
 The first batch of a new query waits a little for the spouts to have data (see
 :data:`FIRST_BATCH_WAIT_S`): Spark runs batch 0 even with nothing in it, and batch 0 is
@@ -33,6 +35,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
                                               SupportsTriggerAvailableNow)
 from pyspark.sql.types import StructType
 
+from .claim import Fence
 from .plan import Node
 from .rundir import RunDir
 from .settings import task_settings
@@ -68,6 +71,7 @@ class SpoutReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_batch: int = source.max_batch
         self.pausable: bool = source.pausable
         self.accumulator: Any = source.accumulator
+        self.fence: Fence | None = source.fence
         self._spouts: dict[int, Any] | None = None     # driver side only, not pickled
         self._target: dict[str, int] | None = None     # availableNow: the end to reach
         self._waited = False            # the first batch's wait for data is done
@@ -110,6 +114,12 @@ class SpoutReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = {t: v for t, v in self._available().items() if v is not None}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        end = self._latest(start, limit)
+        if end != start and self.fence is not None and not self.fence.holds():
+            return start            # another driver runs the topology: no batch here
+        return end
+
+    def _latest(self, start: dict, limit: ReadLimit) -> dict:
         # Tasks missing from ``start`` are new (the spout was rebalanced up): from 0.
         # Tasks no longer there keep their offsets, to be read if they come back.
         end = {t: start.get(t, 0) for t in self.initialOffset()}
@@ -154,6 +164,8 @@ class SpoutReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.accumulator.add({self.node.id: (task.emitter.emitted, 0)})
 
     def commit(self, end: dict) -> None:
+        if self.fence is not None and not self.fence.holds():
+            return                  # the driver that holds the claim acks
         for task, spout in self._instances().items():
             if str(task) in end:
                 try:
@@ -173,6 +185,7 @@ class SpoutSource(DataSource):
     accumulator: Any
     schema_ddl: str
     format_name: str
+    fence: Fence | None
 
     @classmethod
     def name(cls) -> str:
@@ -186,7 +199,8 @@ class SpoutSource(DataSource):
 
 
 def source_class(node: Node, index: int, topology: str, work_dir: Path, max_batch: int,
-                 pausable: bool, accumulator: Any, schema_ddl: str) -> type[SpoutSource]:
+                 pausable: bool, accumulator: Any, schema_ddl: str,
+                 fence: Fence | None = None) -> type[SpoutSource]:
     """A data source class for one spout, registered as ``nimbus_spout_<index>``.
 
     The settings are class attributes: a class made here is not importable by name,
@@ -194,7 +208,8 @@ def source_class(node: Node, index: int, topology: str, work_dir: Path, max_batc
     """
     attrs = {"node": node, "topology": topology, "work_dir": str(work_dir),
              "max_batch": max_batch, "pausable": pausable, "accumulator": accumulator,
-             "schema_ddl": schema_ddl, "format_name": f"nimbus_spout_{index}"}
+             "schema_ddl": schema_ddl, "format_name": f"nimbus_spout_{index}",
+             "fence": fence}
     return type(f"SpoutSource{index}", (SpoutSource,), attrs)
 
 

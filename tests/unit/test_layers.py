@@ -40,12 +40,13 @@ ALLOWED: dict[str, set[str]] = {
     "nimbus_thrift.client": {"nimbus_thrift.client", "nimbus_thrift.rpc",
                              "nimbus_thrift.topology", "nimbus_thrift.idl",
                              "nimbus_thrift.lazy"},
-    # The daemon: the server it runs on, the checks it shares with users, and the two
-    # files it shares with the runner (the run spec it writes, the directory it reads).
+    # The daemon: the server it runs on, the checks it shares with users, and the three
+    # files it shares with the runner (the run spec it writes, the directory it reads,
+    # a cluster-mode driver's attempts).
     "nimbus_thrift.nimbus": {"nimbus_thrift.nimbus", "nimbus_thrift.rpc",
                              "nimbus_thrift.topology", "nimbus_thrift.idl",
                              "nimbus_thrift.runner.spec", "nimbus_thrift.runner.rundir",
-                             ROOT},
+                             "nimbus_thrift.runner.attempts", ROOT},
 }
 
 #: Within the generic server: the codecs know no socket and no server (only the errors
@@ -57,9 +58,10 @@ ALLOWED["nimbus_thrift.rpc.multiprocess"] = {"nimbus_thrift.rpc"}
 ALLOWED["nimbus_thrift.rpc.make"] = {"nimbus_thrift.rpc"}
 
 #: Within the daemon, its rooms from the bottom up. What every room may use: the server
-#: library, the user side's checks, the IDL, and the two files shared with the runner.
+#: library, the user side's checks, the IDL, and the three files shared with the runner.
 _BASE = {"nimbus_thrift.rpc", "nimbus_thrift.topology", "nimbus_thrift.idl",
-         "nimbus_thrift.runner.spec", "nimbus_thrift.runner.rundir", ROOT}
+         "nimbus_thrift.runner.spec", "nimbus_thrift.runner.rundir",
+         "nimbus_thrift.runner.attempts", ROOT}
 _N = "nimbus_thrift.nimbus."
 #: The settings, what a launcher is, and what admission counts: below every room.
 _FOUNDATION = {_N + "config", _N + "settings", _N + "setting_checks", _N + "launcher",

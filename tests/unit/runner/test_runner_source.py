@@ -57,10 +57,12 @@ def _fresh_spouts() -> None:
     ACKED.clear()
 
 
-def reader(tmp_path: Path, max_batch: int = 4, pausable: bool = True) -> SpoutReader:
+def reader(tmp_path: Path, max_batch: int = 4, pausable: bool = True,
+           fence: Any = None) -> SpoutReader:
     node = build_plan(spec_of(OneSpout)).nodes["numbers"]
     source = SimpleNamespace(node=node, topology="OneSpout", work_dir=str(tmp_path),
-                             max_batch=max_batch, pausable=pausable, accumulator=None)
+                             max_batch=max_batch, pausable=pausable, accumulator=None,
+                             fence=fence)
     return SpoutReader(source)  # type: ignore[arg-type]
 
 
