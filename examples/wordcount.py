@@ -1,12 +1,17 @@
 """Word count: sentences -> split into words -> count per word -> SQLite.
 
-Submit it to a running nimbus:
+Write it out (it ships with the package), then run it for a while without a daemon:
 
-    nimbus-thrift submit examples/wordcount.py --wait
+    nimbus-thrift example wordcount > wordcount.py
+    nimbus-thrift run wordcount.py --for 30
 
-and watch the counts grow:
+or submit it to a running nimbus and watch the counts its sink logs every 5 s:
 
-    sqlite3 /tmp/nimbus-wordcount.sqlite 'SELECT word, count FROM counts ORDER BY count DESC LIMIT 10'
+    nimbus-thrift submit wordcount.py --wait
+    nimbus-thrift logs wordcount --component sink --follow
+
+The whole table is in SQLite (``sqlite3 /tmp/nimbus-wordcount.sqlite 'SELECT word,
+count FROM counts ORDER BY count DESC LIMIT 10'``).
 
 Settings (``--conf key=value``): ``wordcount.rate`` sentences per second per spout task
 (default 5000; 0 = as fast as Spark goes), ``wordcount.total`` sentences per task for a
@@ -15,6 +20,7 @@ finite run (default unbounded; paced by the rate too), ``wordcount.db`` the SQLi
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from typing import Any, Iterator, Sequence
@@ -22,6 +28,16 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from nimbus_thrift.topology import Bolt, Context, Grouping, KeyState, Spout, StatefulBolt, Topology
+
+log = logging.getLogger(__name__)
+# The topology's log shows WARNING and above unless told otherwise (`nimbus-thrift
+# set-log-level`); the sink's lines of top words are INFO, so this logger says INFO.
+log.setLevel(logging.INFO)
+
+#: Seconds between two lines of top words in the log (the sink ends a batch far more
+#: often). Kept per process: the sink's instances there share it.
+REPORT_EVERY_S = 5.0
+_reported_at = [0.0]
 
 SENTENCES = (
     "the cow jumped over the moon",
@@ -91,9 +107,10 @@ class CountBolt(StatefulBolt):
 
 class SqliteSink(Bolt):
     """Writes the newest count of each word. Upserting a count is idempotent, so a
-    replayed batch (after a crash) leaves the same table."""
+    replayed batch (after a crash) leaves the same table. Every REPORT_EVERY_S it logs
+    the five most frequent words, naming itself (``sink: top words: the 1234, ...``)."""
 
-    outputs: list[str] = []
+    outputs = ()        # a sink: it emits nothing
 
     def initialize(self, conf: dict[str, Any], context: Context) -> None:
         self.path = conf.get("wordcount.db", "/tmp/nimbus-wordcount.sqlite")
@@ -115,6 +132,13 @@ class SqliteSink(Bolt):
                     "INSERT INTO counts VALUES (?, ?, ?) ON CONFLICT(word) DO UPDATE SET "
                     "count = max(count, excluded.count), batch = excluded.batch",
                     [(w, c, batch_id) for w, c in self.latest.items()])
+            now = time.monotonic()
+            if now - _reported_at[0] >= REPORT_EVERY_S:
+                _reported_at[0] = now
+                top = db.execute("SELECT word, count FROM counts "
+                                 "ORDER BY count DESC, word LIMIT 5").fetchall()
+                log.info("%s: top words: %s", self.context.component,
+                         ", ".join(f"{word} {count}" for word, count in top))
         finally:
             db.close()
         self.latest.clear()

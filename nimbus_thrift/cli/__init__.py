@@ -8,8 +8,9 @@ owns one job: the shared flags (:mod:`.options`), the values users type
 (:mod:`.stop_signals`), submit's progress lines (:mod:`.progress`), and the commands
 themselves: the demo server (:mod:`.demo_command`), the daemon (:mod:`.daemon_commands`),
 the topologies (:mod:`.topology_commands`), submitting (:mod:`.submit_command`), the
-blob store (:mod:`.blob_commands`) and a topology's log (:mod:`.logs_command`, read by
-:mod:`.log_reader`).
+blob store (:mod:`.blob_commands`), a topology's log (:mod:`.logs_command`, read by
+:mod:`.log_reader`), a local run without a daemon (:mod:`.run_command`) and the
+examples the package ships (:mod:`.example_command`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from .. import logs
 from .blob_commands import blob
 from .daemon_commands import nimbus, ui, warm_up
 from .demo_command import demo
+from .example_command import example
+from .run_command import run
 from .logs_command import logs_
 from .submit_command import submit
 from .topology_commands import activate, conf, deactivate, info, kill, list_, rebalance, \
@@ -31,7 +34,9 @@ from .topology_commands import activate, conf, deactivate, info, kill, list_, re
 def main() -> None:
     """nimbus-thrift: a Storm-Nimbus-like service on a half-sync/half-async Thrift server.
 
-    Start the daemon with `nimbus` (`warm-up` first makes topologies start sooner);
+    `example wordcount > wordcount.py` writes out an example topology; `run` runs one on
+    a local Spark without a daemon. Start the daemon with `nimbus` (`warm-up` first
+    makes topologies start sooner);
     `submit`, `list`, `info`, `kill`, `activate`, `deactivate`, `rebalance`, `conf`,
     `set-log-level`, `logs` and `blob` talk to a running one: through the local daemon's Unix
     socket when it exists and no host or port is given, else over TCP (--host/--port),
@@ -50,6 +55,7 @@ def main() -> None:
 
 # The order commands were written in (--help sorts them by name).
 for _command in (demo, nimbus, ui, warm_up, list_, info, kill, activate, deactivate,
-                 rebalance, submit, conf, blob, set_log_level, logs_):
+                 rebalance, submit, conf, blob, set_log_level, logs_, example,
+                 run):
     main.add_command(_command)
 del _command

@@ -1,8 +1,13 @@
-"""The examples run as documented, with exact results (in-process bounded runs)."""
+"""The examples run as documented, with exact results (in-process bounded runs), and
+the README's way to try the word count: written out by ``nimbus-thrift example`` into
+an empty folder and run there by ``nimbus-thrift run --for``."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -10,7 +15,7 @@ import pytest
 
 from examples import weblogs, wordcount
 from nimbus_thrift.runner.local import run_bounded
-from support.spark import spark  # noqa: F401
+from support.spark import FAST_JVM, spark  # noqa: F401
 
 pytestmark = pytest.mark.spark
 
@@ -70,3 +75,26 @@ def test_weblogs_example_aggregates_files_and_continues_from_its_checkpoint(
     run_bounded(weblogs.WebLogs, spark, tmp_path / "run", conf=conf, collect=False)
     assert _rows(db, "SELECT path, status, hits, bytes FROM hits") == sorted(
         (p, st, n, sizes[(p, st)]) for (p, st), n in expected.items())
+
+
+def test_run_writes_the_packaged_word_count_and_runs_it_for_a_while(tmp_path: Path) -> None:
+    # A process of its own: `run` makes (and stops) its own local session.
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "JAVA_TOOL_OPTIONS": FAST_JVM}
+    cli = [sys.executable, "-m", "nimbus_thrift"]
+    source = subprocess.run([*cli, "example", "wordcount"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=60, check=True).stdout
+    (tmp_path / "wordcount.py").write_text(source)
+    db = tmp_path / "counts.sqlite"
+    done = subprocess.run([*cli, "run", "wordcount.py", "--for", "6", "--conf",
+                           f"wordcount.db={db}", "--conf", "wordcount.rate=500"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "run: WordCount runs for 6 s" in done.stderr
+    # The sink's log line (at its first batch), and every component's figures.
+    assert re.search(r"INFO wordcount \[pid \d+\]: sink: top words: the \d+", done.stderr)
+    figures = dict(re.findall(r"^(\w+): emitted (\d+), processed \d+$", done.stdout, re.M))
+    assert list(figures) == ["sentences", "split", "count", "sink"]
+    assert int(figures["sentences"]) > 0
+    counts = dict(_rows(db, "SELECT word, count FROM counts"))
+    assert counts["the"] > 0 and "Traceback" not in done.stderr
