@@ -14,8 +14,9 @@ So this driver does what the daemon's launcher does for a local one:
    process write too) go to ``DIR/logs/stdout`` and ``DIR/logs/stderr``, appended to,
    each renamed to ``*.1`` first past :data:`LOG_ROTATE_BYTES`, after a banner line
    that starts with :data:`BANNER` (the daemon reads the lines after the last banner
-   as this launch's). The JVM's own log (log4j) and the Python workers' output stay in
-   the worker's files, as for any driver the master runs;
+   as this launch's). So does the spouts' source runner's (a Python process of the
+   driver's JVM: :mod:`.source`). The JVM's own log (log4j) stays in the worker's
+   files, and the executors' in theirs, as for any driver the master runs;
 2. attempts (:mod:`.attempts`): one record per run in ``attempts.json``, a back-off
    before Spark starts after failures in a row (status ``starting`` with ``restarts``
    and ``relaunch_at``; ``stop`` and SIGTERM are obeyed meanwhile), and giving up past
@@ -49,7 +50,7 @@ from .claim import Claim, ClaimUnreadable, DriverFence, Fence, new_token, write_
 from .driver import (EXIT_FAILED, EXIT_OK, POLL_S, Status, _StopSignal, parse_args,
                      serve_cold)
 from .rundir import RunDir
-from .settings import configure_logging
+from .settings import configure_logging, follow_logs
 
 #: stdout and stderr are renamed to ``*.1`` at a start once they grew past this (the
 #: daemon's launcher does so for a local driver: nimbus/spark/submit.py, whose constant
@@ -92,20 +93,14 @@ def redirect_output(logs: Path, banner: str) -> None:
             it was the first).
     """
     logs.mkdir(parents=True, exist_ok=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    for name, fd in (("stdout", 1), ("stderr", 2)):
+    for name in ("stdout", "stderr"):
         path = logs / name
         try:
             if path.stat().st_size > LOG_ROTATE_BYTES:
                 os.replace(path, path.with_name(name + ".1"))
         except FileNotFoundError:
             pass
-        new = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        try:
-            os.dup2(new, fd)            # inheritable, as 1 and 2 always are
-        finally:
-            os.close(new)
+    follow_logs(logs)
     data = banner.rstrip("\n").encode("utf-8", "replace") + b"\n"
     for fd in (1, 2):
         os.write(fd, data)

@@ -99,6 +99,26 @@ _watchers: dict[str, SettingsWatcher] = {}
 _watchers_lock = threading.Lock()
 
 
+def follow_logs(logs: Path) -> None:
+    """Point this process's stdout and stderr (file descriptors 1 and 2, so what its
+    children and any library write too) at ``logs/stdout`` and ``logs/stderr``, appended
+    to. For the processes of a cluster-mode driver (:mod:`.cluster_driver`), whose own
+    output a standalone worker keeps in its directory.
+
+    Raises:
+        OSError: a file cannot be opened (the descriptors opened before stay).
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        new = os.open(logs / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                      0o666)
+        try:
+            os.dup2(new, fd)            # inheritable, as 1 and 2 always are
+        finally:
+            os.close(new)
+
+
 def task_settings(work_dir: str | Path, clock: Callable[[], float] = time.time
                   ) -> RunSettings:
     """The settings of the topology at ``work_dir`` in this process (one watcher per

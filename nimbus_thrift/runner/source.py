@@ -38,7 +38,7 @@ from pyspark.sql.types import StructType
 from .claim import Fence
 from .plan import Node
 from .rundir import RunDir
-from .settings import task_settings
+from .settings import follow_logs, task_settings
 from .tasks import SpoutTask
 from .usercode import UserCodeError, new_instance, user_error
 
@@ -83,6 +83,14 @@ class SpoutReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _instances(self) -> dict[int, Any]:
         if self._spouts is None:
+            if self.fence is not None:
+                # A cluster-mode driver's (the only one with a fence): this process is
+                # its JVM's child, whose output the worker keeps; the spouts' logging
+                # goes where the driver's does, as a local driver's JVM's would.
+                try:
+                    follow_logs(Path(self.work_dir) / "logs")
+                except OSError:
+                    pass                # it stays in the worker's files
             # The source runner imports the spout's module from the work directory's
             # code: a cold driver's environment has it on PYTHONPATH, a standby's names
             # it through a link made at the hand-off (see .standby), which this

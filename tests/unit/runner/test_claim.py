@@ -13,6 +13,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from nimbus_thrift.runner import claim as cl
+from nimbus_thrift.runner import source
 from nimbus_thrift.runner.claim import (Claim, ClaimLost, ClaimUnreadable, DriverFence,
                                         Fence, read_claim, write_claim)
 from nimbus_thrift.runner.dataflow import BatchSink
@@ -126,8 +127,11 @@ def test_a_claim_unreadable_for_long_fails_the_driver(fence: Fence) -> None:
 
 
 def test_spouts_plan_no_batch_and_ack_nothing_without_the_claim(tmp_path: Path,
-                                                                fence: Fence) -> None:
+                                                                fence: Fence,
+                                                                monkeypatch) -> None:
     ACKED.clear()
+    followed: list[Path] = []
+    monkeypatch.setattr(source, "follow_logs", followed.append)
     r = reader(tmp_path, fence)
     start = {"0": 10, "1": 20}
     assert r.latestOffset(start, ReadAllAvailable()) == {"0": 100, "1": 100}
@@ -137,6 +141,8 @@ def test_spouts_plan_no_batch_and_ack_nothing_without_the_claim(tmp_path: Path,
     assert r.latestOffset(start, ReadAllAvailable()) == start
     r.commit({"0": 9})
     assert ACKED == [(0, 7)]
+    # The source runner of a cluster-mode driver writes to the work directory's logs.
+    assert followed == [tmp_path / "logs"]
 
 
 def test_the_sink_runs_no_batch_without_the_claim(fence: Fence) -> None:
