@@ -169,7 +169,7 @@ class ClusterDriver:
         book.mark_died(now, self._last_seen())
         failures = book.failures_in_row(self.me.driver_id, sup.reset_secs)
         giving_up = not sup.may_relaunch(failures)
-        what = "driver giving up" if giving_up else f"attempt {book.count + 1}"
+        what = "give-up" if giving_up else f"attempt {book.count + 1}"
         if logs:
             try:
                 redirect_output(rd.logs, banner_line(what, self.me, now))

@@ -120,7 +120,7 @@ def test_a_relaunch_past_max_restarts_gives_up_with_exit_0(tmp_path: Path) -> No
     assert status is not None and status.state == "failed"
     assert status.error == "gave up after 0 restarts: ValueError: boom"
     stderr = (run_dir.logs / "stderr").read_text()
-    assert stderr.startswith("--- nimbus-thrift cluster driver giving up of driver "
+    assert stderr.startswith("--- nimbus-thrift cluster give-up of driver "
                              "driver-1-0001 on host ")
     assert "spark_main: gave up after 0 restarts: ValueError: boom" in stderr
     assert read_attempts(run_dir.attempts).gave_up is not None
