@@ -193,7 +193,7 @@ class ClusterDriver:
         except OSError as exc:
             # A supervising master relaunches at once: fail no faster than the back-off.
             print(f"spark_main: cannot write to {rd.root}: {exc}", file=sys.stderr)
-            self._wait(now + sup.delay(max(failures, 1)), status)
+            self._wait(now + sup.delay(max(failures, 1)), None)
             return EXIT_FAILED
         if self._wait(self.record.relaunch_at or now, status):
             return self._stopped(status)
@@ -226,8 +226,8 @@ class ClusterDriver:
                   file=sys.stderr)
         return EXIT_OK
 
-    def _wait(self, until: float, status: Status) -> bool:
-        """Wait until ``until`` (epoch seconds), status.json rewritten at each poll;
+    def _wait(self, until: float, status: Status | None) -> bool:
+        """Wait until ``until`` (epoch seconds), ``status`` rewritten at each poll;
         True as soon as a stop is asked (``control``, SIGTERM), also when there is no
         wait."""
         while True:
@@ -237,7 +237,8 @@ class ClusterDriver:
             if left <= 0:
                 return False
             self.sleep(min(POLL_S, left))
-            status.write()
+            if status is not None:
+                status.write()
 
     def _take_claim(self) -> DriverFence:
         rd, me = self.run_dir, self.me

@@ -234,3 +234,16 @@ def test_the_banner_is_the_daemons() -> None:
                     "1970-01-01T00:00:00+00:00")
     from nimbus_thrift.nimbus.spark.status import BANNER
     assert line.startswith(BANNER)
+
+
+def test_a_work_dir_it_cannot_write_fails_no_faster_than_the_backoff(run_dir,
+                                                                     monkeypatch) -> None:
+    from nimbus_thrift.runner import cluster_driver
+
+    def full(path: Path, book: AttemptBook) -> None:
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(cluster_driver, "write_attempts", full)
+    clock = Clock()
+    topology = Topology(clock)
+    assert attempt(run_dir, clock, topology) == EXIT_FAILED
+    assert topology.calls == [] and sum(clock.slept) == 5.0     # the first back-off
