@@ -104,9 +104,7 @@ class Fence:
         be read)."""
         try:
             claim = read_claim(Path(self.path))
-        except FileNotFoundError:
-            return LOST
-        except ValueError:
+        except (FileNotFoundError, ValueError):
             return LOST
         except OSError:
             return UNKNOWN
