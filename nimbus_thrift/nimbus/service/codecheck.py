@@ -66,7 +66,7 @@ NAMES_CACHE_MODULES = 4096
 #: ~10 MB); one module with more than a quarter of this is not cached.
 NAMES_CACHE_NAMES = 100_000
 #: The directory holding the ``nimbus_thrift`` package, on the child's path.
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
 _REQUEST = struct.Struct("!II")
 _REPLY = struct.Struct("!BI")
 _NAMES, _DOES_NOT_PARSE = 0, 2

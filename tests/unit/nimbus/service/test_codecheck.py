@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,15 @@ SOURCE = b"import os.path\nfrom x import y as z\nclass A: pass\ndef f(): pass\nN
 def test_the_child_finds_what_the_in_process_parse_finds() -> None:
     assert parse_in_child("m.py", SOURCE) == top_level_names("m.py", SOURCE) == \
         {"os", "z", "A", "f", "N"}
+
+
+def test_the_child_imports_the_package_from_any_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A daemon started outside the checkout (the README's quick start, from an empty
+    # folder): the child, run with -S, finds nimbus_thrift on its PYTHONPATH only.
+    monkeypatch.chdir(tmp_path)
+    assert (Path(codecheck._PACKAGE_ROOT) / "nimbus_thrift").is_dir()
+    assert parse_in_child("m.py", SOURCE) == {"os", "z", "A", "f", "N"}
 
 
 @pytest.mark.parametrize("source,message", [
