@@ -308,8 +308,9 @@ class ProcessServer:
     # ------------------------------------------------------------- children
 
     def _spawn(self, slot: int) -> Child | None:
-        """Fork a child for ``slot`` and wait until it is serving; None if it failed
-        (it is then killed, and reaped like any other). The caller places it."""
+        """Fork a child for ``slot`` and wait until it is serving; None if it failed:
+        not forked (forksafe.py refused, or the fork failed), or not ready (it is then
+        killed, and reaped like any other). The caller places it."""
         assert self._listener is not None
         # One fork at a time, from the socketpairs until the child is on record: a
         # child forked meanwhile by another thread would keep copies of this child's
@@ -317,7 +318,13 @@ class ProcessServer:
         with self._fork_lock:
             control, control_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             handoff, handoff_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            pid = fork_holding_log_locks()   # not os.fork(): see forksafe.py
+            try:
+                pid = fork_holding_log_locks()   # not os.fork(): see forksafe.py
+            except OSError as exc:   # no fork made (a logging lock stayed held, ENOMEM)
+                for end in (control, control_child, handoff, handoff_child):
+                    end.close()
+                log.error("child_not_forked", slot=slot, error=str(exc))
+                return None
             if pid == 0:  # the child: never returns
                 control.close()
                 handoff.close()
