@@ -9,7 +9,9 @@ never land in it) and installed twice, without the ``spark`` extra:
 Each install starts ``nimbus-thrift nimbus --launcher none --port 0`` from an empty
 folder, calls it with ``nimbus-thrift list``, reads its web page, and checks that PySpark
 is not even installed; the venv's daemon with the default (spark) launcher must stop
-with the one sentence naming ``pip install 'nimbus-thrift[spark]'``.
+with the one sentence naming ``pip install 'nimbus-thrift[spark]'``. The build says no
+setuptools warning, and the word count the README's quick start writes out
+(``nimbus-thrift example wordcount``) is in the wheel.
 
 pip uses the index this machine is configured with and the user's pip cache (so a
 second run downloads nothing); ``-m "not packaging"`` leaves these tests out, and
@@ -50,6 +52,10 @@ PIP_TIMEOUT = 600
 START_TIMEOUT = 60.0
 _LISTENING = re.compile(r"nimbus listening on (\S+):(\d+)")
 _UI = re.compile(r"web UI, REST API and /metrics at (\S+)")
+#: What setuptools says when the configuration is amiss: its warnings
+#: (``SetuptoolsDeprecationWarning: ...``, ``_Warning: Package ... is absent``), and the
+#: sentence of a data folder that is not a package.
+_SETUPTOOLS_WARNING = re.compile(r"\w*Warning: .*|.*would be ignored.*")
 
 
 def _pip_cache_dir() -> str:
@@ -93,10 +99,12 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("packaging")
     source, out = root / "source", root / "wheels"
     shutil.copytree(CHECKOUT, source, ignore=_NOT_COPIED, symlinks=True)
-    done = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out),
+    done = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(out),
                  str(source)], _clean_env(root), cwd=root)
-    # setuptools' warnings (a data folder that is not a package, ...) are in pip's
-    # output only with -v; the build's own lines say "warning" when something is amiss.
+    # setuptools' warnings (a data folder that is not a package "would be ignored", a
+    # deprecated setting, ...) are in pip's output only with -v.
+    warned = _SETUPTOOLS_WARNING.findall(done.stdout + done.stderr)
+    assert warned == [], f"the build warned: {warned}"
     wheels = list(out.glob("nimbus_thrift-*.whl"))
     assert len(wheels) == 1, done.stdout
     return wheels[0]
@@ -247,3 +255,19 @@ def test_the_spark_launcher_without_the_extra_names_it(venv_install: Install,
     assert done.returncode != 0
     assert "pip install 'nimbus-thrift[spark]'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_word_count_is_written_out_from_an_empty_folder(venv_install: Install,
+                                                            tmp_path: Path) -> None:
+    # The README's quick start starts here: the example ships in the wheel.
+    done = subprocess.run([str(venv_install.command), "example", "wordcount"], cwd=tmp_path,
+                          env=venv_install.env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (CHECKOUT / "examples" / "wordcount.py").read_text()
+    (tmp_path / "wordcount.py").write_text(done.stdout)
+    # Without the spark extra, running it names the extra.
+    run = subprocess.run([str(venv_install.command), "run", "wordcount.py"], cwd=tmp_path,
+                         env=venv_install.env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1
+    assert "pip install 'nimbus-thrift[spark]'" in run.stderr
+    assert "Traceback" not in run.stderr
