@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping
 
 import structlog
 
-from ....runner.attempts import Supervision, write_supervision
+from ....runner.attempts import Supervision, read_attempts, write_supervision
 from ....runner.rundir import RunDir
 from ....runner.spec import RunSpec
 from ....topology.blobs import WORK_DIR_ENV
@@ -120,6 +120,7 @@ class ClusterLauncher:
         """
         run = self._run_at(spec.topology_id, spec.work_dir)
         with run.lock:
+            self._follow(run)
             if run.driver_id:
                 try:
                     status = self.rest.status(run.driver_id)
@@ -163,6 +164,7 @@ class ClusterLauncher:
             run.save()
             if run.dir.root.is_dir():
                 run.dir.set_control("stop")
+            self._follow(run)
             if run.driver_id:
                 self._end_driver(run, grace)
         log.info("cluster_driver_stopped", topology=topology_id, driver=run.driver_id)
@@ -177,6 +179,7 @@ class ClusterLauncher:
         forgotten by the master) is submitted again, with a fresh count of restarts."""
         run = self._control(topology_id, "active")
         with run.lock:
+            self._follow(run)
             if not run.driver_id or run.stopped:
                 return
             try:
@@ -201,6 +204,7 @@ class ClusterLauncher:
         with run.lock:
             run.pending_relaunch = True
             run.save()
+            self._follow(run)
             if run.driver_id:
                 run.dir.set_control("stop")
                 self._end_driver(run, self.config.stop_grace_secs)
@@ -214,6 +218,11 @@ class ClusterLauncher:
             return RunStatus(state="unscheduled",
                              detail="unscheduled: the cluster launcher has not "
                                     "submitted this topology")
+        if run.lock.acquire(blocking=False):     # else a stop or launch has it
+            try:
+                self._follow(run)
+            finally:
+                run.lock.release()
         view = self.watch.view()
         return cluster_status(run, view, self._driver_state(run, view), self.config,
                               self.clock)
@@ -374,12 +383,12 @@ class ClusterLauncher:
             LauncherError: the master cannot be reached, or still lists it active.
         """
         try:
-            if self._wait_gone(run.driver_id, grace):
+            if self._wait_gone(run, grace):
                 return
             log.info("cluster_driver_kill", topology=run.topology_id,
                      driver=run.driver_id, grace=grace)
             self.rest.kill(run.driver_id)
-            if self._wait_gone(run.driver_id, self.kill_wait):
+            if self._wait_gone(run, self.kill_wait):
                 return
         except RestError as exc:
             raise LauncherError(f"cannot stop driver {run.driver_id} of "
@@ -389,14 +398,32 @@ class ClusterLauncher:
                             f"{run.topology_id} as running {self.kill_wait:g} s after "
                             "the kill")
 
-    def _wait_gone(self, driver_id: str, timeout: float) -> bool:
+    def _wait_gone(self, run: ClusterRun, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the master to say ``run``'s driver is gone,
+        following it when the master relaunches it under a new id (the relaunched
+        one reads ``control`` as it starts, so a stop holds it too)."""
         deadline = time.monotonic() + timeout
         while True:
-            if not self.rest.status(driver_id).active:
+            self._follow(run)
+            if not self.rest.status(run.driver_id).active:
                 return True
             if time.monotonic() >= deadline:
                 return False
             time.sleep(self.poll_secs)
+
+    def _follow(self, run: ClusterRun) -> None:
+        """Take as ``run``'s driver the one its attempts name when that is a later
+        one: a supervising master relaunches a driver under a new id (SPARK-19900:
+        the old one may still run beside a partition), which only the driver knows
+        and writes in its attempts. Until it has, the old id says RELAUNCHING,
+        which counts as running: no second driver is submitted meanwhile."""
+        last = read_attempts(run.dir.attempts).last() if run.driver_id else None
+        if last is None or not last.driver_id or last.driver_id <= run.driver_id:
+            return
+        log.info("cluster_driver_relaunched", topology=run.topology_id,
+                 before=run.driver_id, driver=last.driver_id, attempt=last.attempt)
+        run.driver_id = last.driver_id
+        run.save()
 
     def _driver_state(self, run: ClusterRun, view: MasterView) -> str:
         """The driver's state in the master's view; "" when the master cannot be read,

@@ -19,8 +19,9 @@ the work directory every host sees::
     KILLED        -                       stopped   (asked) or failed (killed elsewhere)
     FAILED/ERROR  -                       failed    "failed: <the master's message>"
     UNKNOWN       -                       failed    "the master no longer knows D"
-    unreadable    fresh (< 15 s old)      its own   "...; the master cannot be read"
-    unreadable    stale or none           unscheduled
+    unreadable    something               its own   "...; the master cannot be read"
+                                                    (with its age once 15 s old)
+    unreadable    nothing yet             starting
 
 The detail starts with the state word and a colon, as client mode's
 (:mod:`..status`), whose sentence helpers this uses.
@@ -63,8 +64,8 @@ def cluster_status(run: ClusterRun, view: MasterView, driver_state: str,
         if run.launch_error:
             return RunStatus(state="failed", errors=tuple(run.errors),
                              detail=f"failed: could not launch: {run.launch_error}")
-        return RunStatus(state="unscheduled",
-                         detail="unscheduled: no driver has been submitted yet")
+        return RunStatus(state="starting",
+                         detail="starting: the driver is being submitted to the master")
     last = run.status_file()
     attempts = read_summary(run.dir, clock())
     _, host = where(run, view)
@@ -98,13 +99,15 @@ def _state(run: ClusterRun, last: RunState | None, attempts: AttemptsSummary,
            clock: Callable[[], float]) -> tuple[str, str, str]:
     """``(state, detail, relaunching)`` by the table of the module docstring."""
     if driver_state == "":
-        fresh = last is not None and clock() - last.updated_at < FRESH_STATUS_SECS
+        # The driver's own word, with its age: it writes every 0.5 s while it runs.
         note = f"; the master cannot be read: {view.error}"
-        if fresh and last is not None:
+        if last is not None:
+            age = clock() - last.updated_at
+            if age >= FRESH_STATUS_SECS:
+                note = f" (its last status is {age:.0f} s old){note}"
             state, detail = _alive(run, last, attempts, on, config)
             return state, detail + note, ""
-        return "unscheduled", (f"unscheduled: {on} may or may not run: its status is "
-                               f"not fresh{note}"), ""
+        return "starting", f"starting: {on} has not written its status yet{note}", ""
     if driver_state == "SUBMITTED":
         return "starting", f"starting: {on} is waiting for a worker with room for it", ""
     if driver_state == "RUNNING":

@@ -19,6 +19,7 @@ from nimbus_thrift.nimbus.spark.cluster.launcher import ClusterLauncher
 from nimbus_thrift.nimbus.spark.cluster.masterview import (Driver, MasterView,
                                                            MasterWatch, Worker)
 from nimbus_thrift.nimbus.spark.cluster.rest import DriverStatus, RestError
+from nimbus_thrift.runner.attempts import Attempt, AttemptBook, write_attempts
 from nimbus_thrift.runner.rundir import RunDir, RunState
 from nimbus_thrift.topology.validate import check_topology
 
@@ -146,7 +147,7 @@ def test_when_the_master_cannot_answer_no_driver_is_submitted(tmp_path: Path) ->
     with pytest.raises(LauncherError, match="none is submitted until the master answers"):
         restarted.launch(spec(cfg))
     status = restarted.status("wc-1-1")
-    assert status.state == "unscheduled" and "cannot be read" in status.detail
+    assert status.state == "starting" and "cannot be read" in status.detail
     master.down = False
     restarted.launch(spec(cfg))
     assert len(master.requests) == 1
@@ -245,3 +246,29 @@ def test_capacity_is_checked_against_the_alive_workers(tmp_path: Path) -> None:
     assert one.memory_request({"spark.driver.memory": "9g"}) == 0
     with pytest.raises(ValueError):
         one.memory_request({"spark.executor.memory": "lots"})
+
+
+def test_a_driver_the_master_relaunched_under_a_new_id_is_followed_not_doubled(
+        tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    master = FakeMaster()
+    s = spec(cfg)
+    launcher(cfg, master).launch(s)
+    first = "driver-20261128000000-0000"
+    # The master relaunched it (its worker was lost): the old id says RELAUNCHING
+    # until the new driver announces itself in its attempts.
+    master.drivers[first] = "RELAUNCHING"
+    restarted = launcher(cfg, master)
+    restarted.launch(s)
+    assert len(master.requests) == 1, "a relaunching driver counts as running"
+    relaunched = "driver-20261128000100-0001"
+    master.drivers[relaunched] = "RUNNING"
+    master.work[relaunched] = s.work_dir
+    book = AttemptBook()
+    book.start(Attempt(attempt=1, driver_id=first, host="a", pid=1, started_at=1.0))
+    book.start(Attempt(attempt=2, driver_id=relaunched, host="b", pid=2, started_at=2.0))
+    write_attempts(RunDir(s.work_dir).attempts, book)
+    assert restarted.status("wc-1-1").state == "starting"
+    assert json.loads((s.work_dir / "launch.json").read_text())["driver_id"] == relaunched
+    restarted.stop("wc-1-1", grace=0.1)
+    assert master.drivers[relaunched] == "FINISHED" and len(master.requests) == 1
