@@ -160,11 +160,25 @@ def _error_text(body: bytes) -> str:
     return (match.group(1) if match else text)[:200] or "no reason given"
 
 
+#: A line Spark's JVM writes (log4j's default layout, ``26/11/28 02:20:22 INFO Class:
+#: ...``): Spark's own, which never names a topology's component, though it says
+#: "sink", "count" or "split" often enough.
+_JVM_LINE = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d [A-Z]+ ")
+
+
 def component_filter(component: str) -> Callable[[str], bool]:
-    """Whether a line names ``component`` as a whole word (its tuple samples, its
-    errors, lines user code writes with it)."""
-    pattern = re.compile(r"(?<![\w.-])" + re.escape(component) + r"(?![\w-])")
-    return lambda line: pattern.search(line) is not None
+    """Whether a line names ``component`` as a word (its tuple samples, its errors,
+    lines user code writes with it): not inside a longer name (``split-2``,
+    ``spark.split``), not as a JSON key or a ``key=`` (Spark's progress reports), and
+    never in Spark's own lines."""
+    pattern = re.compile(r'(?<![\w."-])' + re.escape(component) + r'(?![\w"=-])')
+    return lambda line: not _JVM_LINE.match(line) and pattern.search(line) is not None
+
+
+def _continues(line: str) -> bool:
+    """An indented line belongs to the line before it (a traceback's frames); it is
+    kept with that line, and never kept on its own."""
+    return line[:1] in (" ", "\t")
 
 
 def select_lines(lines: Iterable[str], match: Callable[[str], bool] | None) -> list[str]:
@@ -175,10 +189,8 @@ def select_lines(lines: Iterable[str], match: Callable[[str], bool] | None) -> l
     kept: list[str] = []
     keeping = False
     for line in lines:
-        if line[:1] in (" ", "\t") and keeping:
-            kept.append(line)
-            continue
-        keeping = match(line)
+        if not _continues(line):
+            keeping = match(line)
         if keeping:
             kept.append(line)
     return kept
@@ -257,7 +269,7 @@ def follow(source: LogSource, position: int, write: Callable[[str], None],
             partial += text
             *complete, partial = partial.split("\n")
             for line in complete:
-                if not (line[:1] in (" ", "\t") and keeping):
+                if not _continues(line):
                     keeping = match(line)
                 if keeping:
                     write(line + "\n")

@@ -39,7 +39,8 @@ DEFAULT_LINES = 10
                    "replaced log is read again from its start).")
 @click.option("-c", "--component", metavar="COMPONENT",
               help="Only the lines that name this component (its tuple samples, its "
-                   "errors with their traceback, lines its code writes with its name).")
+                   "errors with their traceback, lines its code writes with its name; "
+                   "Spark's own lines are left out).")
 @click.option("-n", "--lines", type=click.IntRange(0), default=DEFAULT_LINES,
               show_default=True, help="How many of the last lines to print first.")
 @click.option("--ui", "ui_url", metavar="URL", envvar="NIMBUS_THRIFT_UI_URL",

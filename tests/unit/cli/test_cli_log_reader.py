@@ -79,6 +79,10 @@ def test_component_lines_keep_their_traceback(route: tuple[FakeLogRoute, str]) -
                "  File \"wordcount.py\", line 7, in process\n"
                "    raise ValueError('bad')\n"
                "WARN spark.split.size is not a component\n"
+               "26/11/28 02:20:22 INFO MicroBatchExecutionContext: Extracting split "
+               "progress metrics for split=ForeachBatchSink\n"
+               "INFO Streaming query made progress: {\n"
+               "  \"split\" : {\n"
                "INFO splitter and split-2 are other names\n"
                "INFO the end\n")
     with LogSource(url, TID) as source:
