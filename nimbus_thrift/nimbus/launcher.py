@@ -147,7 +147,9 @@ class Launcher(Protocol):
     A launcher whose topologies take room elsewhere than this host may also define
     ``check_capacity(conf, parallelism, num_workers)``, raising ValueError with one
     sentence when that room is not free now: the submit is refused with it (the
-    cluster launcher does, against the standalone master's alive workers).
+    cluster launcher does, against the standalone master's alive workers). One whose
+    topologies run nowhere on this host says ``runs_elsewhere = True``: a nimbus that
+    loses its leadership then leaves them running, for the new leader to adopt.
 
     A topology's run-time settings (log levels, tuple sampling) are not calls: the
     daemon writes them to ``settings.json`` in its work directory

@@ -177,9 +177,6 @@ def test_a_lost_workers_driver_is_relaunched_on_the_other_and_counts_end_exact(
                          if x["state"] == "RUNNING" and x["worker"] != driver["worker"]],
                 timeout=SPARK_TIMEOUT)
             assert len(moved) == 1 and moved[0]["id"] != driver["id"]
-            wait_until("the daemon to follow the relaunched driver",
-                       lambda: client.getTopologyInfo(topology_id) and
-                       record(tmp_path, topology_id)["driver_id"] == moved[0]["id"])
             expected = expected_counts(per_task)
             final = wait_until("the exact final counts",
                                lambda: counts(db) == expected or None,
@@ -187,7 +184,13 @@ def test_a_lost_workers_driver_is_relaunched_on_the_other_and_counts_end_exact(
             assert final and first < expected["the"]
             attempts = json.loads((tmp_path / "data" / "topologies" / topology_id /
                                    "attempts.json").read_text())
-            assert "died" in json.dumps(attempts)
+            assert [(a["driver_id"], a["outcome"]) for a in attempts["attempts"]][-2:] \
+                == [(driver["id"], "died"), (moved[0]["id"], "running")]
+            # The kill finds the relaunched driver (followed through its attempts).
+            client.killTopologyWithOpts("wordcount", client.idl.KillOptions(wait_secs=0))
+            wait_until("the topology to be removed",
+                       lambda: not client.getClusterInfo().topologies)
+            assert active_drivers(cluster) == []
         finally:
             cluster.add_worker(len(cluster.workers) + 1)
 

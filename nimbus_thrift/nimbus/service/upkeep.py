@@ -148,8 +148,14 @@ class Upkeep:
 
     def step_down(self) -> None:
         """Leadership lost (HA mode): no timer fires here any more, and every topology
-        is stopped on this host, in the background (see NimbusHandler.step_down)."""
+        is stopped on this host, in the background (see NimbusHandler.step_down),
+        unless the launcher runs them elsewhere (``runs_elsewhere``: cluster mode)."""
         self.timers.clear()
+        if getattr(self._launcher, "runs_elsewhere", False):
+            # Drivers on a cluster (deploy_mode cluster): nothing of them is on this
+            # host, and the new leader adopts them by their driver ids.
+            log.info("step_down_drivers_kept", launcher=self._launcher.name)
+            return
         for topology_id in self._store.topology_ids():
             self._launching.in_background(topology_id, "stop", self._stop_here,
                                           topology_id)

@@ -79,6 +79,9 @@ class ClusterLauncher:
     """
 
     name = "spark"
+    #: The drivers are on the cluster: a nimbus losing its leadership leaves them to
+    #: the next leader, which adopts them (the Launcher protocol's docstring).
+    runs_elsewhere = True
 
     def __init__(self, config: NimbusConfig, *, rest: RestClient | None = None,
                  watch: MasterWatch | None = None, clock: Callable[[], float] = time.time,
@@ -220,7 +223,9 @@ class ClusterLauncher:
                                     "submitted this topology")
         if run.lock.acquire(blocking=False):     # else a stop or launch has it
             try:
-                self._follow(run)
+                # Not written down: a follower in HA mode reads statuses too, and only
+                # the leader writes the record (at its next launch, stop or rebalance).
+                self._follow(run, save=False)
             finally:
                 run.lock.release()
         view = self.watch.view()
@@ -411,7 +416,7 @@ class ClusterLauncher:
                 return False
             time.sleep(self.poll_secs)
 
-    def _follow(self, run: ClusterRun) -> None:
+    def _follow(self, run: ClusterRun, save: bool = True) -> None:
         """Take as ``run``'s driver the one its attempts name when that is a later
         one: a supervising master relaunches a driver under a new id (SPARK-19900:
         the old one may still run beside a partition), which only the driver knows
@@ -423,7 +428,8 @@ class ClusterLauncher:
         log.info("cluster_driver_relaunched", topology=run.topology_id,
                  before=run.driver_id, driver=last.driver_id, attempt=last.attempt)
         run.driver_id = last.driver_id
-        run.save()
+        if save:
+            run.save()
 
     def _driver_state(self, run: ClusterRun, view: MasterView) -> str:
         """The driver's state in the master's view; "" when the master cannot be read,

@@ -32,7 +32,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ....runner.attempts import AttemptsSummary, read_summary
+from ....runner.attempts import (FAILURES, AttemptsSummary, read_attempts,
+                                 read_supervision, summarize)
 from ....runner.rundir import RunState
 from ...config import NimbusConfig
 from ...launcher import ComponentStats, RunStatus
@@ -67,7 +68,8 @@ def cluster_status(run: ClusterRun, view: MasterView, driver_state: str,
         return RunStatus(state="starting",
                          detail="starting: the driver is being submitted to the master")
     last = run.status_file()
-    attempts = read_summary(run.dir, clock())
+    book = read_attempts(run.dir.attempts)
+    attempts = summarize(book, read_supervision(run.dir.supervision), clock())
     _, host = where(run, view)
     on = f"driver {run.driver_id}" + (f" on {host}" if host else "")
     state, detail, relaunching = _state(run, last, attempts, driver_state, view, on,
@@ -76,7 +78,12 @@ def cluster_status(run: ClusterRun, view: MasterView, driver_state: str,
                                       rate=f.rate, latency_ms=f.latency_ms,
                                       busy_ms=f.busy_ms)
                   for cid, f in (last.components if last is not None else {}).items()}
-    errors = list(run.errors)
+    # Each failed or lost driver is an error, as each failed application is in client
+    # mode: getTopologyInfo, the page and /metrics show them.
+    errors = list(run.errors) + [
+        (SPARK_COMPONENT, f"driver {a.driver_id} on {a.host}: {first_line(a.error)}",
+         int(a.ended_at or a.started_at))
+        for a in book.attempts if a.outcome in FAILURES and a.error]
     if last is not None and last.state == "failed" and last.error and \
             (not errors or errors[-1][1] != last.error):
         errors.append((last.error_component or SPARK_COMPONENT, last.error,

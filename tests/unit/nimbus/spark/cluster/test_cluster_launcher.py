@@ -269,6 +269,34 @@ def test_a_driver_the_master_relaunched_under_a_new_id_is_followed_not_doubled(
     book.start(Attempt(attempt=2, driver_id=relaunched, host="b", pid=2, started_at=2.0))
     write_attempts(RunDir(s.work_dir).attempts, book)
     assert restarted.status("wc-1-1").state == "starting"
-    assert json.loads((s.work_dir / "launch.json").read_text())["driver_id"] == relaunched
+    # Followed in memory by a status (a follower's too), written by the leader's calls.
+    assert json.loads((s.work_dir / "launch.json").read_text())["driver_id"] == first
     restarted.stop("wc-1-1", grace=0.1)
+    assert json.loads((s.work_dir / "launch.json").read_text())["driver_id"] == relaunched
     assert master.drivers[relaunched] == "FINISHED" and len(master.requests) == 1
+
+
+def test_each_failed_or_lost_driver_is_an_error_and_giving_up_is_said(
+        tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    master = FakeMaster()
+    one = launcher(cfg, master)
+    s = spec(cfg)
+    one.launch(s)
+    driver = "driver-20261128000000-0000"
+    book = AttemptBook()
+    book.start(Attempt(attempt=1, driver_id=driver, host="a", pid=1, started_at=1.0,
+                       outcome="failed", error="ZeroDivisionError: in bolt count",
+                       ended_at=5.0))
+    book.start(Attempt(attempt=2, driver_id=driver, host="b", pid=2, started_at=6.0,
+                       outcome="died", error="ended without a word", ended_at=9.0,
+                       restarts=1))
+    book.gave_up = {"driver_id": driver, "at": 10.0,
+                    "error": "gave up after 1 restarts: ended without a word"}
+    write_attempts(RunDir(s.work_dir).attempts, book)
+    master.drivers[driver] = "FINISHED"
+    status = one.status("wc-1-1")
+    assert [e[1] for e in status.errors] == [
+        f"driver {driver} on a: ZeroDivisionError: in bolt count",
+        f"driver {driver} on b: ended without a word"]
+    assert status.state == "failed" and "gave up after 1 restarts" in status.detail
