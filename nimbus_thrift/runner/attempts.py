@@ -4,26 +4,29 @@ A standalone master with ``spark.driver.supervise`` relaunches a driver (the sam
 driver id) each time it exits non-zero or its worker is lost, without end and without
 waiting. So the driver keeps the count itself, in the work directory every host sees:
 
-``supervision.json`` (written by the daemon; :class:`Supervision`)
+``supervision.json`` (written by the daemon at each submission; :class:`Supervision`)
     ``{"restart_failed", "max_restarts", "backoff_secs", "backoff_factor",
-    "backoff_max_secs", "reset_secs"}``; missing keys (or file) take the daemon's
-    defaults (:data:`DEFAULT_SUPERVISION`).
+    "backoff_max_secs", "reset_secs", "submission"}``; missing keys (or file) take the
+    daemon's defaults (``DEFAULT_*`` below). ``submission`` names the submission
+    (a random token each :class:`Supervision` made without one): the master's
+    relaunches keep the file, and so continue its count; a new submission starts one.
 ``attempts.json`` (written by the drivers, by rename; :class:`AttemptBook`)
     ``{"count": N, "attempts": [the last MAX_KEPT_ATTEMPTS records], "gave_up": null or
-    {"driver_id", "at", "error"}}``, a record being ``{"attempt", "driver_id", "host",
-    "pid", "started_at", "claimed_at", "ended_at", "outcome", "error", "restarts",
-    "relaunch_at"}`` (:class:`Attempt`).
+    {"driver_id", "submission", "at", "error"}}``, a record being ``{"attempt",
+    "driver_id", "submission", "host", "pid", "started_at", "claimed_at", "ended_at",
+    "outcome", "error", "restarts", "relaunch_at"}`` (:class:`Attempt`).
 
 Theory of operation. An attempt starts with the record ``running``; a record still
 ``running`` when the next one starts ended without a word (worker lost, SIGKILL): it
 becomes ``died``. ``restarts`` of a record is the failures in a row before it: the
 previous record's plus one if that one failed or died (one if it had run
 ``reset_secs`` since it took the claim: it had recovered), 0 after a stop, an end, or
-a record of another driver id (a new submission by the daemon, not a relaunch by the
-master). An attempt with ``restarts`` k > 0 waits ``backoff_secs * factor**(k-1)``
-(at most ``backoff_max_secs``) before it starts Spark; with k > ``max_restarts`` (or
-k > 0 and not ``restart_failed``) it gives up instead: ``gave_up`` set, status
-``failed``, exit 0. A failing attempt that leaves no restart gives up itself.
+a record of another submission (the daemon submitted anew; the master's relaunches
+have new driver ids, since SPARK-19900, but the same submission). An attempt with
+``restarts`` k > 0 waits ``backoff_secs * factor**(k-1)`` (at most
+``backoff_max_secs``) before it starts Spark; with k > ``max_restarts`` (or k > 0 and
+not ``restart_failed``) it gives up instead: ``gave_up`` set, status ``failed``, exit
+0. A failing attempt that leaves no restart gives up itself.
 
 No PySpark here: the daemon imports this module (:func:`read_summary`).
 """
@@ -31,6 +34,7 @@ No PySpark here: the daemon imports this module (:func:`read_summary`).
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -70,9 +74,15 @@ FAILURES = (FAILED, DIED)
 _NUMBER = (int, float)
 
 
+def new_submission() -> str:
+    return secrets.token_hex(8)
+
+
 @dataclass(frozen=True)
 class Supervision:
-    """supervision.json: whether and when a failed driver is relaunched."""
+    """supervision.json: whether and when a failed driver is relaunched, for which
+    submission (a new token unless given: one per submission the daemon writes; a
+    file without one reads as "", as does no file)."""
 
     restart_failed: bool = DEFAULT_RESTART_FAILED
     max_restarts: int = DEFAULT_MAX_RESTARTS
@@ -80,6 +90,7 @@ class Supervision:
     backoff_factor: float = DEFAULT_BACKOFF_FACTOR
     backoff_max_secs: float = DEFAULT_BACKOFF_MAX_SECS
     reset_secs: float = DEFAULT_RESET_SECS
+    submission: str = field(default_factory=new_submission)
 
     def delay(self, restarts: int) -> float:
         """Seconds an attempt with ``restarts`` failures in a row before it waits (0 for
@@ -119,7 +130,8 @@ class Supervision:
             backoff_factor=float(_field(raw, "backoff_factor", _NUMBER, d.backoff_factor)),
             backoff_max_secs=float(_field(raw, "backoff_max_secs", _NUMBER,
                                           d.backoff_max_secs)),
-            reset_secs=float(_field(raw, "reset_secs", _NUMBER, d.reset_secs)))
+            reset_secs=float(_field(raw, "reset_secs", _NUMBER, d.reset_secs)),
+            submission=_field(raw, "submission", (str,), ""))
         if min(result.max_restarts, result.backoff_secs, result.backoff_max_secs,
                result.reset_secs) < 0 or result.backoff_factor < 1:
             raise ValueError(f"negative numbers or a factor below 1 in {raw}")
@@ -132,10 +144,10 @@ def read_supervision(path: Path) -> Supervision:
     try:
         return Supervision.from_json(read_untrusted(path, MAX_SUPERVISION_BYTES))
     except FileNotFoundError:
-        return Supervision()
+        return Supervision(submission="")
     except (OSError, ValueError) as exc:
         report_malformed(path, exc)
-        return Supervision()
+        return Supervision(submission="")
 
 
 def write_supervision(path: Path, supervision: Supervision) -> None:
@@ -154,6 +166,7 @@ class Attempt:
     outcome: str = RUNNING
     error: str = ""
     restarts: int = 0
+    submission: str = ""                # supervision.json's when it started
     claimed_at: float | None = None     # took the claim and started Spark
     ended_at: float | None = None
     relaunch_at: float | None = None    # its back-off's end (restarts > 0)
@@ -186,6 +199,7 @@ class Attempt:
                    started_at=float(_field(raw, "started_at", _NUMBER)), outcome=outcome,
                    error=_field(raw, "error", (str,), ""),
                    restarts=_field(raw, "restarts", (int,), 0),
+                   submission=_field(raw, "submission", (str,), ""),
                    claimed_at=when("claimed_at"), ended_at=when("ended_at"),
                    relaunch_at=when("relaunch_at"))
 
@@ -193,7 +207,8 @@ class Attempt:
 @dataclass
 class AttemptBook:
     """attempts.json: the count of attempts, the last :data:`MAX_KEPT_ATTEMPTS`, and
-    whether the last driver gave up (``gave_up``: ``{"driver_id", "at", "error"}``)."""
+    whether the last driver gave up (``gave_up``: ``{"driver_id", "submission", "at",
+    "error"}``)."""
 
     count: int = 0
     attempts: list[Attempt] = field(default_factory=list)
@@ -202,11 +217,11 @@ class AttemptBook:
     def last(self) -> Attempt | None:
         return self.attempts[-1] if self.attempts else None
 
-    def failures_in_row(self, driver_id: str, reset_secs: float) -> int:
-        """The failures in a row a new attempt of ``driver_id`` has behind it (call
+    def failures_in_row(self, submission: str, reset_secs: float) -> int:
+        """The failures in a row a new attempt of ``submission`` has behind it (call
         :meth:`mark_died` first: a record still ``running`` counts as none)."""
         last = self.last()
-        if last is None or last.driver_id != driver_id:
+        if last is None or last.submission != submission:
             return 0
         return last.failures_after(reset_secs)
 
@@ -246,7 +261,8 @@ class AttemptBook:
     def update(self, record: Attempt) -> bool:
         """Replace the record of the same attempt, host and pid; False if it is gone."""
         for index, old in enumerate(self.attempts):
-            if (old.attempt, old.host, old.pid) == (record.attempt, record.host, record.pid):
+            if (old.attempt, old.host, old.pid) == \
+                    (record.attempt, record.host, record.pid):
                 self.attempts[index] = record
                 return True
         return False
@@ -311,23 +327,29 @@ class AttemptsSummary:
 
 
 def summarize(book: AttemptBook, supervision: Supervision, now: float) -> AttemptsSummary:
-    """The summary of ``book`` (pure). A record ``running`` is taken at its word: only
-    the next attempt learns that it died."""
+    """The summary of ``book`` for the submission ``supervision`` names (pure).
+
+    Attempts of an earlier submission count as attempts (their errors stay errors),
+    not as failures in a row or a give-up of this one: after a new submission, until
+    its driver starts, nothing has failed yet. A ``gave_up`` that names no submission
+    applies. A record ``running`` is taken at its word: only the next attempt learns
+    that it died."""
     last = book.last()
-    if last is None:
-        return AttemptsSummary(gave_up=book.gave_up is not None,
-                               gave_up_error=_gave_up_error(book))
-    current = last if last.outcome == RUNNING else None
-    failures = last.restarts if current else last.failures_after(supervision.reset_secs)
+    ours = last is not None and last.submission == supervision.submission
+    current = last if last is not None and last.outcome == RUNNING else None
+    failures = 0
+    if last is not None and ours:
+        failures = last.restarts if current else last.failures_after(supervision.reset_secs)
     relaunch_at = None
     if current is not None and current.claimed_at is None and \
             current.relaunch_at is not None and current.relaunch_at > now:
         relaunch_at = current.relaunch_at
+    gave_up = book.gave_up is not None and \
+        book.gave_up.get("submission", supervision.submission) == supervision.submission
     return AttemptsSummary(attempts=book.count, failures_in_row=failures,
-                           last_failure=book.last_error(),
-                           gave_up=book.gave_up is not None,
-                           gave_up_error=_gave_up_error(book), relaunch_at=relaunch_at,
-                           current=current)
+                           last_failure=book.last_error(), gave_up=gave_up,
+                           gave_up_error=_gave_up_error(book) if gave_up else "",
+                           relaunch_at=relaunch_at, current=current)
 
 
 def _gave_up_error(book: AttemptBook) -> str:

@@ -69,7 +69,8 @@ class Claim:
     def from_json(cls, text: str | bytes) -> "Claim":
         """Raises: ValueError: not a claim."""
         raw = _object(_json(text), "the claim")
-        return cls(token=_field(raw, "token", (str,)), attempt=_field(raw, "attempt", (int,)),
+        return cls(token=_field(raw, "token", (str,)),
+                   attempt=_field(raw, "attempt", (int,)),
                    driver_id=_field(raw, "driver_id", (str,), ""),
                    host=_field(raw, "host", (str,), ""), pid=_field(raw, "pid", (int,), 0),
                    at=float(_field(raw, "at", (int, float), 0.0)))

@@ -6,8 +6,10 @@
 
 The daemon submits the driver to the master (``nimbus/spark/cluster/``); the master
 runs it on a worker, in the worker's own directory, and, with
-``spark.driver.supervise``, runs it again (same driver id) whenever it exits non-zero
-or its worker is lost, at once and without end. ``DIR`` is on storage every host sees.
+``spark.driver.supervise``, runs it again (under a new driver id since SPARK-19900)
+whenever it exits non-zero or its worker is lost, at once and without end. ``DIR`` is
+on storage every host sees; the daemon writes its ``supervision.json`` anew at each
+submission, so the master's relaunches share one count of failures in a row.
 So this driver does what the daemon's launcher does for a local one:
 
 1. logs: its stdout and stderr (file descriptors 1 and 2: what PySpark and any child
@@ -167,7 +169,7 @@ class ClusterDriver:
         book = read_attempts(rd.attempts)
         now = self.clock()
         book.mark_died(now, self._last_seen())
-        failures = book.failures_in_row(self.me.driver_id, sup.reset_secs)
+        failures = book.failures_in_row(sup.submission, sup.reset_secs)
         giving_up = not sup.may_relaunch(failures)
         what = "give-up" if giving_up else f"attempt {book.count + 1}"
         if logs:
@@ -182,7 +184,7 @@ class ClusterDriver:
         wait = sup.delay(failures)
         self.record = Attempt(attempt=book.count + 1, driver_id=self.me.driver_id,
                               host=self.me.host, pid=self.me.pid, started_at=now,
-                              restarts=failures,
+                              restarts=failures, submission=sup.submission,
                               relaunch_at=now + wait if wait else None)
         book.start(self.record)
         status = ClusterStatus(rd, self._failure)
@@ -215,8 +217,8 @@ class ClusterDriver:
                  now: float) -> int:
         error = sup.gave_up_error(failures, book.last_error() or "no error recorded")
         print(f"spark_main: {error}", file=sys.stderr, flush=True)
-        book.gave_up = {"driver_id": self.me.driver_id, "at": now,
-                        "error": clip_error(error)}
+        book.gave_up = {"driver_id": self.me.driver_id, "submission": sup.submission,
+                        "at": now, "error": clip_error(error)}
         status = Status(self.run_dir)
         try:
             write_attempts(self.run_dir.attempts, book)
@@ -294,7 +296,8 @@ class ClusterDriver:
         if not book.update(record):
             return
         if gave_up_error is not None:
-            book.gave_up = {"driver_id": record.driver_id, "at": record.ended_at,
+            book.gave_up = {"driver_id": record.driver_id,
+                            "submission": record.submission, "at": record.ended_at,
                             "error": clip_error(gave_up_error)}
         try:
             write_attempts(self.run_dir.attempts, book)

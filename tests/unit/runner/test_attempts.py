@@ -17,12 +17,16 @@ from nimbus_thrift.runner.attempts import (Attempt, AttemptBook, Supervision,
 from nimbus_thrift.runner.rundir import RunDir
 
 
-def record(n: int, outcome: str = at.RUNNING, *, driver: str = "driver-1-0001",
+def record(n: int, outcome: str = at.RUNNING, *, submission: str = "s1",
            restarts: int = 0, claimed: float | None = 100.0, ended: float | None = None,
            error: str = "", pid: int = 10) -> Attempt:
-    return Attempt(attempt=n, driver_id=driver, host="h", pid=pid + n, started_at=90.0,
-                   outcome=outcome, error=error, restarts=restarts, claimed_at=claimed,
-                   ended_at=ended)
+    # The master relaunches a driver under a new id (SPARK-19900): one per attempt.
+    return Attempt(attempt=n, driver_id=f"driver-1-000{n}", host="h", pid=pid + n,
+                   started_at=90.0, outcome=outcome, error=error, restarts=restarts,
+                   submission=submission, claimed_at=claimed, ended_at=ended)
+
+
+S1 = Supervision(submission="s1")
 
 
 def test_the_backoff_is_the_daemons_schedule_capped() -> None:
@@ -53,33 +57,35 @@ def test_relaunches_allowed_up_to_max_restarts_failures_in_a_row() -> None:
 
 def test_supervision_file_round_trip_defaults_and_garbage(tmp_path: Path) -> None:
     path = tmp_path / "supervision.json"
-    assert read_supervision(path) == Supervision()
+    assert read_supervision(path) == Supervision(submission="")
+    assert Supervision().submission != Supervision().submission      # one per submission
     mine = Supervision(restart_failed=False, max_restarts=7, backoff_secs=0.5)
     write_supervision(path, mine)
     assert read_supervision(path) == mine
     path.write_text(json.dumps({"max_restarts": 1}))
-    assert read_supervision(path) == Supervision(max_restarts=1)
+    assert read_supervision(path) == Supervision(max_restarts=1, submission="")
     for bad in ('{"max_restarts": "3"}', '{"backoff_factor": 0.5}', "[1]", "{",
                 '{"max_restarts": -1}'):
         path.write_text(bad)
-        assert read_supervision(path) == Supervision(), bad
+        assert read_supervision(path) == Supervision(submission=""), bad
 
 
 def test_failures_in_a_row_chain_through_each_records_restarts() -> None:
     book = AttemptBook()
-    assert book.failures_in_row("driver-1-0001", 600) == 0
+    assert book.failures_in_row("s1", 600) == 0
     book.start(record(1, at.FAILED, restarts=0, ended=110))
-    assert book.failures_in_row("driver-1-0001", 600) == 1
+    assert book.failures_in_row("s1", 600) == 1
     book.start(record(2, at.DIED, restarts=1, ended=110))
-    assert book.failures_in_row("driver-1-0001", 600) == 2
+    assert book.failures_in_row("s1", 600) == 2
     # An attempt that ran reset_secs before failing had recovered: its failure is the first.
     book.start(record(3, at.FAILED, restarts=2, claimed=100, ended=700))
-    assert book.failures_in_row("driver-1-0001", 600) == 1
-    # A stop or an end breaks the chain; so does a new submission (another driver id).
+    assert book.failures_in_row("s1", 600) == 1
+    # A stop or an end breaks the chain; so does a new submission.
     book.start(record(4, at.STOPPED, restarts=1, ended=710))
-    assert book.failures_in_row("driver-1-0001", 600) == 0
+    assert book.failures_in_row("s1", 600) == 0
     book.start(record(5, at.FAILED, restarts=0, ended=720))
-    assert book.failures_in_row("driver-2-0002", 600) == 0
+    assert book.failures_in_row("s1", 600) == 1
+    assert book.failures_in_row("s2", 600) == 0
     assert book.last_error() == "" and book.count == 5
 
 
@@ -97,7 +103,7 @@ def test_running_records_died_when_last_seen() -> None:
     assert (dead.outcome, dead.ended_at) == (at.DIED, 130.0)
     assert "h (pid 12) ended without a word" in dead.error
     assert book.last_error() == dead.error
-    assert book.failures_in_row("driver-1-0001", 600) == 2
+    assert book.failures_in_row("s1", 600) == 2
     # Never seen (or seen by another pid, or seen before it started): ended at its claim.
     book.start(record(3, at.RUNNING, restarts=2, claimed=140))
     book.mark_died(now=900.0, last_seen={99: 800.0})
@@ -114,7 +120,7 @@ def test_the_book_is_bounded_and_counts_every_attempt(tmp_path: Path) -> None:
     back = read_attempts(path)
     assert back.count == 50 and len(back.attempts) == at.MAX_KEPT_ATTEMPTS
     assert [r.attempt for r in back.attempts] == list(range(31, 51))
-    assert back.failures_in_row("driver-1-0001", 600) == 50      # past what is kept
+    assert back.failures_in_row("s1", 600) == 50      # past what is kept
     assert path.stat().st_size < at.MAX_ATTEMPTS_BYTES
     assert len(back.attempts[-1].error) == at.MAX_ATTEMPT_ERROR_CHARS
 
@@ -130,7 +136,7 @@ def test_a_file_that_is_not_attempts_is_none(tmp_path: Path, text: str) -> None:
 
 
 def test_the_summary_of_a_running_attempt_and_of_one_waiting() -> None:
-    sup = Supervision()
+    sup = S1
     assert summarize(AttemptBook(), sup, 0) == at.AttemptsSummary()
     book = AttemptBook()
     book.start(record(1, at.FAILED, ended=110, error="E: boom"))
@@ -147,14 +153,18 @@ def test_the_summary_of_a_running_attempt_and_of_one_waiting() -> None:
 
 def test_the_summary_after_the_drivers_gave_up(tmp_path: Path) -> None:
     run_dir = RunDir(tmp_path)
+    write_supervision(run_dir.supervision, S1)
     book = AttemptBook()
     book.start(record(1, at.FAILED, restarts=3, ended=110, error="E: last"))
-    book.gave_up = {"driver_id": "driver-1-0001", "at": 111.0,
+    book.gave_up = {"driver_id": "driver-1-0001", "submission": "s1", "at": 111.0,
                     "error": "gave up after 3 restarts: E: last"}
     write_attempts(run_dir.attempts, book)
     summary = read_summary(run_dir, now=120.0)
     assert summary.gave_up and summary.gave_up_error.startswith("gave up after 3")
     assert summary.failures_in_row == 4 and summary.current is None
-    # A new attempt (a new submission) clears it.
-    book.start(record(2, driver="driver-2-0002"))
-    assert not summarize(book, Supervision(), 130.0).gave_up
+    # A new submission has not failed (yet); its first attempt clears the give-up.
+    again = Supervision(submission="s2")
+    assert summarize(book, again, 130.0) == at.AttemptsSummary(
+        attempts=1, last_failure="E: last")
+    book.start(record(2, submission="s2"))
+    assert not summarize(book, again, 130.0).gave_up and book.gave_up is None

@@ -99,9 +99,11 @@ def test_a_first_attempt_takes_the_claim_runs_at_once_and_records_its_end(run_di
 
 def test_a_failure_with_restarts_left_exits_1_for_the_master(run_dir) -> None:
     clock = Clock()
-    assert attempt(run_dir, clock, Topology(clock, "failed", "ValueError: x")) == EXIT_FAILED
+    failing = Topology(clock, "failed", "ValueError: x")
+    assert attempt(run_dir, clock, failing) == EXIT_FAILED
     status = status_of(run_dir)
-    assert (status.state, status.error, status.relaunch) == ("failed", "ValueError: x", True)
+    assert (status.state, status.error, status.relaunch) == (
+        "failed", "ValueError: x", True)
     [record] = read_attempts(run_dir.attempts).attempts
     assert (record.outcome, record.error) == (at.FAILED, "ValueError: x")
 
@@ -133,7 +135,8 @@ def test_a_relaunch_waits_its_backoff_saying_so_and_obeys_a_stop(run_dir) -> Non
 def test_the_last_allowed_failure_gives_up_itself_and_exits_0(run_dir) -> None:
     write_supervision(run_dir.supervision, Supervision(max_restarts=2, backoff_secs=1))
     clock = Clock()
-    codes = [attempt(run_dir, clock, Topology(clock, "failed", f"E: {n}")) for n in range(3)]
+    codes = [attempt(run_dir, clock, Topology(clock, "failed", f"E: {n}"))
+             for n in range(3)]
     assert codes == [EXIT_FAILED, EXIT_FAILED, EXIT_OK]
     status = status_of(run_dir)
     assert (status.state, status.relaunch, status.restarts) == ("failed", False, 2)
@@ -151,13 +154,13 @@ def test_without_restart_failed_a_failure_is_final_and_says_only_itself(run_dir)
 
 
 def test_dead_attempts_count_and_too_many_give_up_at_the_start(run_dir) -> None:
-    write_supervision(run_dir.supervision, Supervision(max_restarts=1))
+    write_supervision(run_dir.supervision, Supervision(max_restarts=1, submission="s"))
     clock = Clock()
     book = AttemptBook()
-    book.start(Attempt(1, ME.driver_id, "worker-b", 7, 900.0, at.FAILED, "E: first",
-                       claimed_at=901.0, ended_at=905.0))
-    book.start(Attempt(2, ME.driver_id, "worker-b", 8, 910.0, restarts=1,
-                       claimed_at=915.0))               # still "running": its worker died
+    book.start(Attempt(1, "driver-1-0001", "worker-b", 7, 900.0, at.FAILED, "E: first",
+                       submission="s", claimed_at=901.0, ended_at=905.0))
+    book.start(Attempt(2, "driver-1-0002", "worker-b", 8, 910.0, restarts=1,
+                       submission="s", claimed_at=915.0))  # "running": its worker died
     write_attempts(run_dir.attempts, book)
     topology = Topology(clock)
     assert attempt(run_dir, clock, topology) == EXIT_OK
@@ -182,11 +185,18 @@ def test_a_new_submission_starts_at_no_failures(run_dir) -> None:
     write_supervision(run_dir.supervision, Supervision(max_restarts=0))
     clock = Clock()
     assert attempt(run_dir, clock, Topology(clock, "failed", "E")) == EXIT_OK   # gave up
-    again = Identity("driver-20261128020000-0002", "worker-c", 5)
+    # The master's relaunch (a new driver id, the same submission) gives up at once...
+    relaunched = Identity("driver-20261128020000-0002", "worker-c", 5)
     topology = Topology(clock, "stopped")
-    assert attempt(run_dir, clock, topology, again) == EXIT_OK
+    assert attempt(run_dir, clock, topology, relaunched) == EXIT_OK
+    assert topology.calls == []
+    # ...a new submission by the daemon (supervision.json written again) runs.
+    write_supervision(run_dir.supervision, Supervision(max_restarts=0))
+    assert attempt(run_dir, clock, topology, relaunched) == EXIT_OK
     assert clock.slept == [] and len(topology.calls) == 1
-    assert read_attempts(run_dir.attempts).gave_up is None
+    book = read_attempts(run_dir.attempts)
+    assert book.gave_up is None and [r.outcome for r in book.attempts] == [
+        at.FAILED, at.STOPPED]
 
 
 def test_a_superseded_driver_stops_and_writes_nothing_more(run_dir, capsys) -> None:
@@ -198,9 +208,10 @@ def test_a_superseded_driver_stops_and_writes_nothing_more(run_dir, capsys) -> N
         # takes the claim, and writes its status.
         book = read_attempts(rd.attempts)
         book.mark_died(clock())
-        book.start(Attempt(2, ME.driver_id, "worker-b", 99, clock(), restarts=1))
+        book.start(Attempt(2, "driver-1-0002", "worker-b", 99, clock(), restarts=1))
         write_attempts(rd.attempts, book)
-        write_claim(rd.claim, Claim("theirs", 2, ME.driver_id, "worker-b", 99, clock()))
+        write_claim(rd.claim, Claim("theirs", 2, "driver-1-0002", "worker-b", 99,
+                                    clock()))
         theirs["book"] = rd.attempts.read_bytes()
         Status(rd).write(state="starting")
         theirs["status"] = rd.status.read_bytes()
@@ -211,8 +222,8 @@ def test_a_superseded_driver_stops_and_writes_nothing_more(run_dir, capsys) -> N
         EXIT_OK
     assert run_dir.status.read_bytes() == theirs["status"]
     assert run_dir.attempts.read_bytes() == theirs["book"]
-    assert "superseded: driver driver-20261128015434-0001 on worker-b (pid 99, attempt " \
-           "2) took the claim" in capsys.readouterr().err
+    assert "superseded: driver driver-1-0002 on worker-b (pid 99, attempt 2) took the " \
+           "claim" in capsys.readouterr().err
 
 
 def test_a_withdrawn_claim_ends_the_record_as_superseded(run_dir) -> None:

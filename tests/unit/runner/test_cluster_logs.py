@@ -105,13 +105,13 @@ def test_usage_errors_exit_0_so_that_no_master_relaunches_them(tmp_path: Path) -
 
 def test_a_relaunch_past_max_restarts_gives_up_with_exit_0(tmp_path: Path) -> None:
     run_dir = work_dir(tmp_path)
-    write_supervision(run_dir.supervision, Supervision(max_restarts=0))
+    write_supervision(run_dir.supervision, Supervision(max_restarts=0, submission="s"))
     book = AttemptBook()
     book.start(Attempt(1, "driver-1-0001", "w", 5, time.time() - 60, FAILED,
-                       "ValueError: boom", claimed_at=time.time() - 59,
+                       "ValueError: boom", submission="s", claimed_at=time.time() - 59,
                        ended_at=time.time() - 50))
     write_attempts(run_dir.attempts, book)
-    cwd = tmp_path / "driver-1-0001"            # the worker's directory of the driver
+    cwd = tmp_path / "driver-1-0002"            # the worker's directory of the driver
     cwd.mkdir()
     proc = spark_main("--workdir", str(run_dir.root), "--cluster", cwd=cwd)
     out, err = proc.communicate(timeout=DEADLINE_S)
@@ -121,16 +121,17 @@ def test_a_relaunch_past_max_restarts_gives_up_with_exit_0(tmp_path: Path) -> No
     assert status.error == "gave up after 0 restarts: ValueError: boom"
     stderr = (run_dir.logs / "stderr").read_text()
     assert stderr.startswith("--- nimbus-thrift cluster give-up of driver "
-                             "driver-1-0001 on host ")
+                             "driver-1-0002 on host ")
     assert "spark_main: gave up after 0 restarts: ValueError: boom" in stderr
     assert read_attempts(run_dir.attempts).gave_up is not None
 
 
 def test_sigterm_in_a_backoff_stops_the_driver_before_spark(tmp_path: Path) -> None:
     run_dir = work_dir(tmp_path)
-    write_supervision(run_dir.supervision, Supervision(backoff_secs=600, backoff_max_secs=600))
+    policy = Supervision(backoff_secs=600, backoff_max_secs=600, submission="s")
+    write_supervision(run_dir.supervision, policy)
     book = AttemptBook()
-    book.start(Attempt(1, "", "w", 5, time.time() - 60, FAILED, "E: x",
+    book.start(Attempt(1, "", "w", 5, time.time() - 60, FAILED, "E: x", submission="s",
                        claimed_at=time.time() - 59, ended_at=time.time() - 50))
     write_attempts(run_dir.attempts, book)
     proc = spark_main("--workdir", str(run_dir.root), "--cluster", cwd=tmp_path)
