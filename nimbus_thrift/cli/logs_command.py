@@ -17,6 +17,9 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import sys
+import threading
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +65,13 @@ def logs_(name: str, follow_log: bool, component: str | None, lines: int,
     match = component_filter(component) if component is not None else None
     context = _tls_context(target) if base.startswith("https:") else None
     try:
-        with LogSource(base, tid, context, timeout=timeout) as source:
-            _show(source, name, lines, match, follow_log)
+        # Ctrl-C and SIGTERM end a follow quietly with status 0, from its first ask on.
+        with LogSource(base, tid, context, timeout=timeout) as source, \
+                (stopping_on_signals() if follow_log else nullcontext()) as stop:
+            _show(source, name, lines, match, stop)
+    except BrokenPipeError:
+        # The reader went away (`logs NAME | head`): nothing more to say to it.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except TopologyGone:
         if follow_log:
             click.echo(f"nimbus-thrift: topology {name} is gone (killed)", err=True)
@@ -74,15 +82,17 @@ def logs_(name: str, follow_log: bool, component: str | None, lines: int,
         raise click.ClickException(str(exc)) from None
 
 
-def _show(source: LogSource, name: str, lines: int, match: Any, follow_log: bool) -> None:
+def _show(source: LogSource, name: str, lines: int, match: Any,
+          stop: threading.Event | None) -> None:
+    """The last lines, then (given ``stop``) what is added until it is set."""
     last = tail(source, lines, match)
-    if last.size == 0 and not follow_log:
+    if last.size == 0 and stop is None:
         raise click.ClickException(
             f"topology {name} has written no log yet (it starts when its Spark driver "
             "does): try again in a moment, or add --follow to wait for it")
     for line in last.lines:
         click.echo(line, nl=False)
-    if not follow_log:
+    if stop is None:
         if last.partial and (match is None or match(last.partial)):
             click.echo(last.partial)
         return
@@ -91,10 +101,9 @@ def _show(source: LogSource, name: str, lines: int, match: Any, follow_log: bool
     if last.size == 0:
         click.echo(f"nimbus-thrift: topology {name} has written no log yet; waiting "
                    "for it (Ctrl-C stops)", err=True)
-    with stopping_on_signals() as stop:   # Ctrl-C and SIGTERM end it quietly, exit 0
-        follow(source, last.end, lambda text: click.echo(text, nl=False), stop,
-               lambda note: click.echo(f"nimbus-thrift: {note}", err=True), match,
-               pending=last.partial)
+    follow(source, last.end, lambda text: click.echo(text, nl=False), stop,
+           lambda note: click.echo(f"nimbus-thrift: {note}", err=True), match,
+           pending=last.partial)
 
 
 def _check_component(client: Any, tid: str, name: str, component: str) -> None:

@@ -141,3 +141,19 @@ def test_follow_through_a_rotation_and_ctrl_c(daemon: NimbusDaemon) -> None:
         for stream in (follower.stdout, follower.stderr):
             assert stream is not None
             stream.close()
+
+
+def test_a_reader_that_goes_away_ends_it_quietly(daemon: NimbusDaemon) -> None:
+    # `logs NAME | head -1`: the pipe closed while lines are still being written.
+    log = submit(daemon, "wc")
+    write_log(log, "".join(f"line {i} {'x' * 100}\n" for i in range(5000)))
+    env = {**os.environ, "NIMBUS_THRIFT_DATA_DIR": str(daemon.config.data_dir)}
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "nimbus_thrift", "logs", "wc", "-n", "5000", "--port",
+         str(port_of(daemon))], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert reader.stdout is not None and reader.stderr is not None
+    assert reader.stdout.readline().startswith(b"line 0 ")
+    reader.stdout.close()
+    assert reader.wait(LINE_TIMEOUT) == 0
+    assert reader.stderr.read() == b""
+    reader.stderr.close()
