@@ -312,8 +312,9 @@ class ClusterLauncher:
         with as_owner_of(rd.root):
             properties = write_properties(rd.root, confs)
             write_supervision(rd.supervision, self._supervision())
-            # A new driver id starts a fresh count of attempts (runner/attempts.py);
-            # an old status would be read as the new driver's.
+            # A new Supervision is a new submission: a fresh count of attempts (the
+            # master's relaunches keep it: runner/attempts.py); an old status would be
+            # read as the new driver's.
             rd.status.unlink(missing_ok=True)
             rd.logs.mkdir(parents=True, exist_ok=True)
         request = create_request(
