@@ -17,7 +17,7 @@ Logging goes through stdlib handlers (to a file), as under pytest, or with
 ``--logging structlog`` through structlog's own PrintLogger (structlog unconfigured):
 the locks a log line holds are part of what a fork copies (see
 nimbus_thrift/rpc/multiprocess/forksafe.py). Before that module took structlog's lock
-too, ``--logging structlog`` lost calls in about 1 restart in 40.
+too, ``--fresh --restarts 200 --logging structlog`` lost 48 calls in 3 restarts.
 """
 
 from __future__ import annotations
