@@ -107,7 +107,7 @@ class Lifetime:
         #: The limits the sweep checks, and how often it runs.
         self.timeouts = [t for t in (opts.idle_timeout, opts.frame_read_timeout,
                                      opts.write_timeout, opts.first_request_timeout,
-                                     opts.park_timeout) if t]
+                                     opts.park_timeout, opts.frame_progress_timeout) if t]
         if opts.min_frame_rate:
             self.timeouts.append(opts.frame_rate_grace or 1.0)
         self.sweep_every = min([0.5] + [t / 4 for t in self.timeouts])

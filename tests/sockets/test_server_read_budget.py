@@ -88,3 +88,19 @@ def test_five_addresses_of_one_slash_24_get_one_share_of_large_frames(demo):
         finally:
             for sock in socks:
                 sock.close()
+
+
+def test_the_progress_rule_alone_closes_a_stalled_frame(demo):
+    """frame_progress_timeout with every other deadline off: the sweep still runs (the
+    selector slept without a timeout when no other deadline was set, and a stalled
+    frame held its bytes for ever)."""
+    with serve(demo, frame_progress_timeout=1.0, idle_timeout=None,
+               frame_read_timeout=None, write_timeout=None, first_request_timeout=None,
+               park_timeout=None, min_frame_rate=None) as server, \
+            connect(server.address) as stalled:
+        stalled.sendall(struct.pack(">i", 4096) + b"a" * 100)
+        wait_for(lambda: server.metrics().bytes_reserved > 0, timeout=10,
+                 what="the partial frame read")
+        wait_for(lambda: server.metrics().connections_open == 0, timeout=10,
+                 what="the stalled frame closed by the progress rule alone")
+        assert server.metrics().bytes_reserved == 0
