@@ -48,7 +48,7 @@ from ..topology.blobs import WORK_DIR_ENV
 from .attempts import (FAILED, FINISHED, STOPPED, SUPERSEDED, Attempt,
                        AttemptBook, Supervision, clip_error, read_attempts,
                        read_supervision, write_attempts)
-from .claim import Claim, ClaimUnreadable, DriverFence, Fence, new_token, write_claim
+from .claim import Claim, DriverFence, Fence, new_token, write_claim
 from .driver import (EXIT_FAILED, EXIT_OK, POLL_S, Status, _StopSignal, parse_args,
                      serve_cold)
 from .rundir import RunDir
@@ -62,8 +62,6 @@ LOG_ROTATE_BYTES = 50 << 20
 BANNER = "--- nimbus-thrift "
 #: The name a standalone worker gives a driver's directory (our working directory).
 DRIVER_ID = re.compile(r"^driver-\d+-\d+$")
-#: status.json states after which a driver that lost the claim must not write.
-_FINAL = ("stopping", "stopped", "finished", "failed")
 
 
 @dataclass(frozen=True)
@@ -116,23 +114,15 @@ def banner_line(what: str, me: Identity, now: float) -> str:
 class ClusterStatus(Status):
     """status.json of a cluster-mode driver: a failure says whether the master
     relaunches it (``relaunch``) or it gave up (the error says so); nothing is written
-    once the driver lost the claim (``fence``, set when it takes it)."""
+    once the driver lost the claim (``fence``, set when it takes it: :class:`Status`)."""
 
     def __init__(self, run_dir: RunDir, on_failure: Callable[[str], tuple[bool, str]]):
         super().__init__(run_dir)
-        self.fence: DriverFence | None = None
         self._on_failure = on_failure
 
     def write(self, **changes: Any) -> None:
-        if self.fence is not None:
-            if self.fence.superseded:
-                return
-            if changes.get("state") in _FINAL:
-                try:
-                    if not self.fence.poll():
-                        return
-                except ClaimUnreadable:
-                    pass                # unknown: write, as without a fence
+        if self.fence is not None and self.fence.superseded:
+            return
         if changes.get("state") == "failed":
             relaunch, error = self._on_failure(str(changes.get("error", "")))
             changes.update(relaunch=relaunch, error=error)

@@ -35,6 +35,12 @@ warms up and waits to be handed a topology, then runs it as above
 one of its workers (:mod:`.cluster_driver`, entered through ``spark_main.py``): its
 own logs, attempts and back-off, and a fence against a second driver.
 
+With ``--fence`` (the daemon passes it in HA mode, where a new leader on another host
+starts a driver while the old leader's may still run) this driver takes the same fence
+as a cluster-mode one (:mod:`.claim`): it writes ``driver.claim`` before Spark starts,
+and once another driver has taken it, it stops its query and Spark, writes nothing
+more (``status.json`` is the new driver's) and exits 0.
+
 SIGTERM to this (Python) process is the same as ``stop``. A failed query gives status
 ``failed`` with a one-line ``error`` (naming the component whose code raised, also in
 ``error_component``) and exit code 1. A bounded run (``spec.run["bounded"]``) ends
@@ -47,6 +53,7 @@ import argparse
 import importlib
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -54,7 +61,7 @@ from types import FrameType
 from typing import Any, Callable
 
 from ..topology.blobs import WORK_DIR_ENV
-from .claim import DriverFence
+from .claim import Claim, ClaimUnreadable, DriverFence, Fence, new_token, write_claim
 from .loglevels import LogLevels
 from .rundir import STANDBY_READY, STANDBY_WARMING, RunDir, RunState
 from .settings import SettingsWatcher, configure_logging
@@ -70,17 +77,31 @@ STARTING_POLL_S = 0.1
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+#: status.json states after which a driver that lost the claim must not write.
+_FINAL = ("stopping", "stopped", "finished", "failed")
 
 
 class Status:
-    """status.json of this driver (written by rename, see RunDir)."""
+    """status.json of this driver (written by rename, see RunDir); nothing is written
+    once the driver lost the claim (``fence``, set by a fenced driver when it takes
+    it: :mod:`.claim`), and a final state is written only after one more look at it."""
 
     def __init__(self, run_dir: RunDir):
         self.run_dir = run_dir
+        self.fence: DriverFence | None = None
         self.state = RunState(state="starting", pid=os.getpid(), updated_at=time.time(),
                               started_at=time.time())
 
     def write(self, **changes: Any) -> None:
+        if self.fence is not None:
+            if self.fence.superseded:
+                return
+            if changes.get("state") in _FINAL:
+                try:
+                    if not self.fence.poll():
+                        return
+                except ClaimUnreadable:
+                    pass                # unknown: write, as without a fence
         # in_flight belongs to the paused state: each write that says it is paused
         # says it again, any other clears it.
         changes.setdefault("in_flight", False)
@@ -142,7 +163,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--cluster", action="store_true",
                         help="run on a standalone master's worker (:mod:`.cluster_driver`)"
                              ": logs, attempts and back-off kept in --workdir")
+    parser.add_argument("--fence", action="store_true",
+                        help="take driver.claim in --workdir before Spark starts and stop "
+                             "once another driver took it (:mod:`.claim`; the daemon's "
+                             "HA mode)")
     return parser.parse_args(argv)
+
+
+def take_claim(run_dir: RunDir, *, attempt: int = 0, driver_id: str = "") -> DriverFence:
+    """Write ``driver.claim`` in ``run_dir`` naming this process (by rename: the last
+    driver to write it wins) and return the fence that checks it still does.
+
+    Raises:
+        OSError: the claim could not be written.
+    """
+    token = new_token()
+    write_claim(run_dir.claim, Claim(token=token, attempt=attempt, driver_id=driver_id,
+                                     host=socket.gethostname(), pid=os.getpid(),
+                                     at=time.time()))
+    return DriverFence(Fence(str(run_dir.claim), token))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,10 +198,23 @@ def main(argv: list[str] | None = None) -> int:
     stop.install()
     configure_logging()
     if args.standby is not None:
+        if args.fence:
+            # The daemon keeps no standbys in HA mode (nimbus/spark/standby_drivers.py).
+            print("spark_main: --standby and --fence do not go together", file=sys.stderr)
+            return EXIT_USAGE
         return _run_standby(run_dir, args.standby, stop)
     status = Status(run_dir)
+    if args.fence:
+        try:
+            status.fence = take_claim(run_dir)
+        except OSError as exc:
+            print(f"spark_main: cannot take {run_dir.claim}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
     status.write()
-    return serve_cold(run_dir, status, stop)
+    code = serve_cold(run_dir, status, stop, status.fence)
+    if status.fence is not None and status.fence.superseded:
+        return EXIT_OK          # another driver runs the topology now: not a failure
+    return code
 
 
 def serve_cold(run_dir: RunDir, status: Status, stop: "_StopSignal",
