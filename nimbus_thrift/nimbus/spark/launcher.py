@@ -40,6 +40,17 @@ match theirs takes one instead of starting spark-submit: from then on it is that
 topology's application, stopped, adopted and relaunched as any other (a relaunch
 starts cold). Its ``launch.json`` says ``warm``, and so does its detail.
 
+HA mode (:func:`.submit.fenced`): each driver takes the fence of
+:mod:`nimbus_thrift.runner.claim` (``--fence``), so that when a new leader starts a
+topology whose old driver still runs on the old leader's host (its daemon killed, the
+host alive), that one stops once the new one holds ``driver.claim``. A ``launch.json``
+another host wrote is :attr:`.records.Run.foreign`: no pid of it is looked at or
+signalled here, its status comes from ``status.json`` alone (alive while written in
+the last :data:`FRESH_STATUS_SECS`), and launching it starts this host's driver
+("takeover"). Only runs this launcher launched (``managed``) are watched and
+relaunched by its monitor; a follower only reads records, again whenever they change.
+No standby drivers in HA mode (:data:`.standby_drivers.NO_STANDBYS_IN_HA`).
+
 A failed topology is relaunched from its checkpoint by a monitor thread when the
 configuration says so (``restart_failed``, at most ``max_restarts`` times in a row,
 with growing waits); stopping is ``control=stop``, then SIGTERM, then SIGKILL to every
@@ -76,6 +87,7 @@ from ..security.runas import ROOT_UID, OsUser, RunAsRefused, os_user_of, unreach
 from .app_home import AppSparkHome
 from .archive import ClassArchive
 from .archive_choice import ArchiveChoice
+from .cluster.status import FRESH_STATUS_SECS
 from .install import (CLASS_ARCHIVE_DIR, MIRROR_DIR, default_submit, find_spark_home,
                       java_binary, resolve_cache_dir, spark_version, tidy_mirrors)
 from .master import cluster_nodes, local_node, local_threads, master_ui_url
@@ -86,8 +98,9 @@ from .spawn import Spawner, memory_of
 from .submit import PACKAGE_ROOT
 from .standby import REPLACE_DELAY_SECS, StandbyPool
 from .standby_app import STANDBY_DIR, StandbyApp, tidy_standbys
-from .standby_drivers import StandbyDrivers, standby_count
-from .status import failure_text, run_status
+from .standby_drivers import NO_STANDBYS_IN_HA, StandbyDrivers, standby_count
+from .status import elsewhere_status, failure_text, run_status
+from .submit import fenced
 from .preparation import prepare_work_dir
 from .termination import TERM_GRACE_SECS, terminate
 
@@ -183,6 +196,8 @@ class SparkLauncher:
         if standbys:
             tidy_standbys(self.config.data_dir / STANDBY_DIR)
             wanted = standby_count(self.config)
+            if fenced(self.config) and self.config.standby_drivers:
+                log.info("spark_standbys_off", reason=NO_STANDBYS_IN_HA)
             if wanted:
                 self._standby_drivers = StandbyDrivers(
                     self.config, clock, self.spawner, self.archives, self._all_runs,
@@ -245,21 +260,38 @@ class SparkLauncher:
         """
         run = self._run_at(spec.topology_id, spec.work_dir)
         with run.lock:
-            if run.alive():
+            if run.alive():                     # never a foreign record's
                 run.set_control("active" if spec.active else "paused")
                 log.info("spark_app_adopted", topology=spec.topology_id, pid=run.pid)
                 self._ensure_monitor()
                 return
             last = run.dir.read_status() if run.pid else None
-            if run.pid and not run.pending_relaunch and (
-                    run.stopped or (last is not None and last.state in FINAL_STATES)):
+            ended = run.stopped or (last is not None and last.state in FINAL_STATES)
+            # In HA mode a stopped record is a former leader's step-down (a kill's
+            # stop is followed by the topology's removal): this leader runs it again.
+            # A bounded run that finished stays finished.
+            takeover = bool(run.pid) and (run.foreign or (ended and fenced(self.config)))
+            if run.pid and not run.pending_relaunch and ended and (
+                    not takeover or (last is not None and last.state == "finished")):
                 log.info("spark_app_not_relaunched", topology=spec.topology_id,
                          state=last.state if last else "stopped")
                 return
             failure = ""
-            if run.pid and not run.pending_relaunch:
+            now = self.clock()
+            fresh = last is not None and now - last.updated_at < FRESH_STATUS_SECS
+            if takeover:
+                # A driver still writing on another host stops once the new one
+                # takes driver.claim; its pid is never signalled from here.
+                log.info("spark_app_taken_over", topology=spec.topology_id,
+                         host=run.host, pid=run.pid, state=last.state if last else None,
+                         status_age=round(now - last.updated_at, 1) if last else None)
+                if run.foreign and not ended and not run.pending_relaunch and (
+                        not fresh or (last is not None and last.state == "failed")):
+                    failure = failure_text(run, last, now)
+            elif run.pid and not run.pending_relaunch:
                 failure = failure_text(run, last)     # before the files are reset
-            self._start(run, spec, reason="relaunch" if run.pid else "launch")
+            self._start(run, spec, reason="takeover" if takeover else
+                        "relaunch" if run.pid else "launch")
             if failure:
                 run.last_failure = failure
                 run.save()
@@ -278,10 +310,18 @@ class SparkLauncher:
         with run.lock:
             run.stopped = True
             run.next_restart_at = None
-            if run.dir.root.is_dir():
-                run.set_control("stop")
-            terminate(run, grace, self.term_grace, self.recovery.note_death)
-            run.save()
+            if run.launched_elsewhere():
+                # A new leader launched it since this daemon did (HA mode: a step-down
+                # that came late): control, status.json and launch.json are its
+                # driver's now. Only this host's process of the old launch goes.
+                log.info("spark_app_launched_elsewhere", topology=topology_id,
+                         pid=run.pid, action="this host's process stopped only")
+                terminate(run, 0.0, self.term_grace, lambda _run: None)
+            else:
+                if run.dir.root.is_dir():
+                    run.set_control("stop")
+                terminate(run, grace, self.term_grace, self.recovery.note_death)
+                run.save()
         log.info("spark_app_stopped", topology=topology_id, pid=run.pid)
         with self._runs_lock:
             self._runs.pop(topology_id, None)
@@ -331,6 +371,8 @@ class SparkLauncher:
                              detail="unscheduled: the spark launcher has not launched "
                                     "this topology")
         with run.fields_lock:
+            if not run.managed:
+                run.refresh()           # a follower: the leader may have relaunched it
             return self._status(run)
 
     def _status(self, run: Run) -> RunStatus:
@@ -340,9 +382,12 @@ class SparkLauncher:
                                  detail=f"failed: could not launch: {run.launch_error}")
             return RunStatus(state="unscheduled",
                              detail="unscheduled: the application has not been started")
-        alive = run.alive()
         last = run.status_file()
-        if not alive:
+        if run.foreign:
+            return elsewhere_status(run, last, self.config, self.clock, FRESH_STATUS_SECS)
+        alive = run.alive()
+        if not alive and run.managed:
+            # A follower's record is the leader's to write.
             self.recovery.note_death(run)
         return run_status(run, alive, last, self.config, self.clock)
 
@@ -374,7 +419,8 @@ class SparkLauncher:
         threads = local_threads(master)
         if threads is not None:
             runs = self._all_runs()
-            alive = [run for run in runs if run.pid and not run.stopped and run.alive()]
+            alive = [run for run in runs
+                     if run.managed and run.pid and not run.stopped and run.alive()]
             return [local_node(threads, [run.cores for run in alive], self.started_at,
                                self.version, tuple(run.topology_id for run in alive))]
         url = master_ui_url(master, self.config.spark_master_ui)
@@ -414,6 +460,8 @@ class SparkLauncher:
                 log.error("spark_standby_check_failed", error=str(exc), exc_info=exc)
         runs = self._all_runs()
         for run in runs:
+            if not run.managed:
+                continue            # a follower's view of the leader's run
             if not run.lock.acquire(blocking=False):
                 continue            # being stopped, rebalanced or launched right now
             try:
@@ -440,6 +488,10 @@ class SparkLauncher:
         """The record of a topology whose work directory is ``work_dir``."""
         run = self._record(topology_id, Path(work_dir))
         assert run is not None
+        with run.fields_lock:
+            if not run.managed:
+                run.refresh()
+                run.managed = True
         return run
 
     def _known(self, topology_id: str) -> Run | None:

@@ -2,12 +2,18 @@
 work directory as ``launch.json`` so that a restarted daemon adopts the processes it
 finds alive instead of starting them twice, and read together with the driver's
 ``status.json`` (:mod:`nimbus_thrift.runner.rundir`).
+
+In HA mode the work directory is in ``shared_dir`` and ``launch.json`` may have been
+written by a daemon on another host (:attr:`Run.host`): its pid means nothing here, so
+such a record is never signalled, waited for or taken for alive
+(:attr:`Run.foreign`); its driver's ``status.json`` is all there is to read.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import threading
 from dataclasses import dataclass, field
@@ -25,6 +31,11 @@ log = structlog.get_logger(__name__)
 
 #: Driver states after which the process exits by itself and should not be relaunched.
 FINAL_STATES = frozenset({"stopped", "finished"})
+
+
+def this_host() -> str:
+    """The name launch records give this host (``socket.gethostname()``)."""
+    return socket.gethostname()
 
 
 @dataclass
@@ -62,6 +73,14 @@ class Run:
     warm: str = ""                     # this launch took a standby driver: its phase
     standby_dir: str = ""              # ... whose directory goes when the process does
     memory: int = 0                    # bytes of this machine it takes (spark/memory.py)
+    #: The host whose daemon started the process (``this_host()`` there); "" in a
+    #: record written before hosts were recorded: this one's.
+    host: str = ""
+    #: This launcher launched, adopted or relaunched it (a leader's run); False for a
+    #: record only read for its status (a follower's view in HA mode), which is read
+    #: again whenever launch.json changes and never relaunched from here.
+    managed: bool = False
+    record_key: tuple[int, int, int] | None = None
     status_key: tuple[int, int, int] | None = None
     status_cache: RunState | None = None
     #: Where this record is kept: None, in the work directory (``launch.json``); under
@@ -86,7 +105,8 @@ class Run:
                 "errors": [list(e) for e in self.errors],
                 "class_archive": self.class_archive,
                 "class_list": self.class_list, "warm": self.warm,
-                "standby_dir": self.standby_dir, "memory": self.memory}
+                "standby_dir": self.standby_dir, "memory": self.memory,
+                "host": self.host}
 
     def load(self, raw: dict[str, Any]) -> None:
         self.pid = int(raw.get("pid") or 0)
@@ -110,21 +130,54 @@ class Run:
         self.warm = warm if isinstance(warm, str) else "ready"
         self.standby_dir = str(raw.get("standby_dir") or "")
         self.memory = int(raw.get("memory") or 0)
+        self.host = str(raw.get("host") or "")
 
+    @property
+    def foreign(self) -> bool:
+        """Whether the record names a process of another host (HA mode: written by a
+        daemon there): its pid is not one of this host's to look at or signal."""
+        return bool(self.pid) and bool(self.host) and self.host != this_host()
 
     @classmethod
     def read(cls, topology_id: str, root: Path, record_file: Path | None = None) -> "Run":
         """The record in ``record_file``, by default ``root/launch.json`` (an empty one
         if there is none)."""
         run = cls(topology_id, RunDir(root), record_file=record_file)
+        run.refresh()
+        return run
+
+    def refresh(self) -> None:
+        """Load the record again if the file changed since it was last read (or
+        written here): a follower follows the leader's relaunches this way."""
         try:
-            run.load(json.loads(run.record_path.read_text()))
+            st = os.stat(self.record_path)
+        except OSError:
+            return
+        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if key == self.record_key:
+            return
+        self.record_key = key
+        try:
+            self.load(json.loads(self.record_path.read_text()))
         except FileNotFoundError:
             pass
-        except (OSError, ValueError, TypeError) as exc:
-            log.warning("spark_launch_record_unreadable", topology=topology_id,
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            log.warning("spark_launch_record_unreadable", topology=self.topology_id,
                         error=str(exc))
-        return run
+
+    def launched_elsewhere(self) -> bool:
+        """Whether launch.json now records another launch than this one (another
+        host, or another process): a new leader launched the topology since this
+        daemon did, and the record, ``control`` and ``status.json`` are its now."""
+        if not self.pid:
+            return False
+        try:
+            raw = json.loads(self.record_path.read_text())
+            other = (str(raw.get("host") or ""), int(raw.get("pid") or 0),
+                     int(raw.get("start_ticks") or 0))
+        except (OSError, ValueError, TypeError, AttributeError):
+            return False
+        return other != (self.host, self.pid, self.start_ticks)
 
     def set_control(self, state: str) -> None:
         """Write ``control`` as the work directory's owner (:mod:`..runas`)."""
@@ -136,10 +189,17 @@ class Run:
             if self.record_file is not None:
                 self.record_file.parent.mkdir(mode=0o700, exist_ok=True)
             write_atomic(self.record_path, json.dumps(self.record(), indent=1))
+            try:
+                st = os.stat(self.record_path)
+                self.record_key = (st.st_mtime_ns, st.st_size, st.st_ino)
+            except OSError:
+                pass
 
     def alive(self) -> bool:
-        """True while the JVM (the recorded pid with the recorded start time) lives."""
-        if not self.pid:
+        """True while the JVM (the recorded pid with the recorded start time) lives;
+        always False for a :attr:`foreign` record (this host cannot see it: its
+        ``status.json`` says, :mod:`.status`)."""
+        if not self.pid or self.foreign:
             return False
         if self.popen is not None:
             code = self.popen.poll()

@@ -6,7 +6,9 @@ and relaunches a failed topology from its checkpoint when the configuration says
 
 The launcher's monitor thread calls :meth:`Recovery.check_run` for each run it holds
 the lock of; ``status()`` and the end of a stop record deaths through
-:meth:`Recovery.note_death` as well, whichever notices first.
+:meth:`Recovery.note_death` as well, whichever notices first. A record another host
+wrote (HA mode: :attr:`.records.Run.foreign`) is neither: this host cannot see its
+process, and its launch is the leader's to make (``launch``, a takeover).
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ class Recovery:
         """One pass of the monitor over ``run`` (whose lock the caller holds): dump the
         class archive once it has run a batch, reset the count of restarts of one that
         recovered, note a death and relaunch when it is time."""
-        if not run.pid or run.stopped or run.pending_relaunch:
+        if not run.pid or run.stopped or run.pending_relaunch or run.foreign:
             return
         now = self.clock()
         if run.alive():
@@ -98,7 +100,7 @@ class Recovery:
         """Record, once, that the JVM is gone, and the failure if it was one (an exit
         the launcher asked for is not)."""
         with run.fields_lock:
-            if run.died_at is not None or not run.pid:
+            if run.died_at is not None or not run.pid or run.foreign:
                 return
             died_at = self.clock()
             last = run.status_file()

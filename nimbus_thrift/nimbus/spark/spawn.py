@@ -25,11 +25,11 @@ from .app_home import AppSparkHome
 from .archive_choice import ArchiveChoice
 from .memory import memory_request
 from .proctree import proc_info
-from .records import Run
+from .records import Run, this_host
 from .status import BANNER
 from .properties import spark_defaults, write_properties
-from .submit import (SPARK_MAIN, environment, log_file, spark_confs, submit_command,
-                     ui_port_for)
+from .submit import (SPARK_MAIN, environment, fenced, log_file, spark_confs,
+                     submit_command, ui_port_for)
 
 log = structlog.get_logger(__name__)
 
@@ -51,6 +51,8 @@ def started(run: Run, run_spec: RunSpec, popen: subprocess.Popen[bytes] | None,
     is ``standby_dir``."""
     run.popen = popen
     run.pid = popen.pid if popen is not None else 0
+    run.host = this_host()
+    run.managed = True
     run.start_ticks = start_ticks
     run.ui_port = ui_port
     run.command = command
@@ -113,7 +115,7 @@ class Spawner:
             raise LauncherError(f"cannot write the Spark settings in {work_dir}: "
                                 f"{exc.strerror or exc}") from None
         return submit_command(self.submit, master, run_spec, work_dir, properties,
-                              standby=standby)
+                              standby=standby, fence=fenced(self.config) and not standby)
 
     def environment(self, work_dir: Path) -> dict[str, str]:
         """The application's environment (:func:`.submit.environment`), with the

@@ -35,15 +35,24 @@ from .standby import StandbyPool
 from .standby_app import (MAX_WARM_TASKS, STANDBY_DIR, StandbyApp, record_file,
                           warmup_spec)
 from .status import BANNER
-from .submit import log_file, standby_key, ui_port_for
+from .submit import fenced, log_file, standby_key, ui_port_for
 
 log = structlog.get_logger(__name__)
+
+
+#: Why there are none in HA mode (said in the log when standby_drivers asks for some).
+NO_STANDBYS_IN_HA = ("HA mode: every nimbus would hold them (1.7 GB each) while only the "
+                     "leader launches, and a hand-off would start a driver without the "
+                     "fence (driver.claim) that keeps one driver per topology")
 
 
 def standby_count(config: NimbusConfig) -> int:
     """Standby drivers to keep: ``standby_drivers``, whose default (-1) is 1 on a local
     master with PySpark's own spark-submit (a configured one may not run our driver)
-    and 0 otherwise (on a cluster a standby would hold cores)."""
+    and 0 otherwise (on a cluster a standby would hold cores); none in HA mode
+    (:data:`NO_STANDBYS_IN_HA`)."""
+    if fenced(config):
+        return 0
     if config.standby_drivers >= 0:
         return config.standby_drivers
     return 1 if local_threads(config.spark_master) is not None and \

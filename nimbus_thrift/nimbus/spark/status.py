@@ -28,12 +28,19 @@ A topology whose Spark UI is on (``spark.ui.enabled: true`` in its conf; it is o
 otherwise) has ``, Spark UI http://127.0.0.1:<port>`` after the batch, and that port
 is the worker's port in the IDL's summaries (render.py's ``spark_ui`` reads it from
 there): that UI is readable by every local account.
+
+A run whose ``launch.json`` another host wrote (HA mode: :attr:`.records.Run.foreign`)
+is read from its ``status.json`` alone (:func:`elsewhere_status`): alive while the
+driver wrote it in the last few seconds (the fresh limit the launcher passes), the
+figures its, the detail ending with ``(on host H)``, and with ``; its last status is
+N s old`` once it is stale.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -116,7 +123,8 @@ def run_status(run: Run, alive: bool, last: RunState | None, config: NimbusConfi
                clock: Callable[[], float]) -> RunStatus:
     """The status of a started application: ``alive`` whether its JVM lives, ``last``
     its driver's last ``status.json``."""
-    ui = ui_address(run, last)
+    # A foreign run's UI (if any) is on its own host's loopback: none to show here.
+    ui = "" if run.foreign else ui_address(run, last)
     components = {cid: ComponentStats(emitted=f.emitted, processed=f.processed,
                                       rate=f.rate, latency_ms=f.latency_ms,
                                       busy_ms=f.busy_ms)
@@ -132,14 +140,34 @@ def run_status(run: Run, alive: bool, last: RunState | None, config: NimbusConfi
     started = last.started_at if last is not None and last.started_at else \
         run.launched_at
     batched = last is not None and last.batch_id >= 0
-    return RunStatus(state=state, detail=detail, started_at=started, host=LOCAL_HOST,
-                     port=ui_port(ui) or run.ui_port, ui_url=ui if alive else "",
+    return RunStatus(state=state, detail=detail, started_at=started,
+                     host=run.host if run.foreign else LOCAL_HOST,
+                     port=0 if run.foreign else ui_port(ui) or run.ui_port,
+                     ui_url=ui if alive else "",
                      relaunching="" if alive else relaunching(run, last, state, config),
                      components=components, errors=tuple(errors[-MAX_ERRORS:]),
                      restarts=run.restarts,
                      batches=last.batch_id + 1 if batched and last is not None else None,
                      last_batch_secs=last.batch_ms / 1000 if batched and last is not None
                      else None)
+
+
+def elsewhere_status(run: Run, last: RunState | None, config: NimbusConfig,
+                     clock: Callable[[], float], fresh_secs: float) -> RunStatus:
+    """The status of a :attr:`~.records.Run.foreign` run (its pid is another host's):
+    from ``last``, its driver's ``status.json``, alone. The driver is taken for alive
+    while ``last`` is under ``fresh_secs`` old (it writes every 0.5 s), or before its
+    first status while its launch is that recent; the detail says the host, and the
+    status's age once it is stale."""
+    since = last.updated_at if last is not None else run.launched_at
+    age = max(0.0, clock() - since)
+    alive = age < fresh_secs
+    status = run_status(run, alive, last, config, clock)
+    note = f"on host {run.host}"
+    if not alive:
+        note += (f"; its last status is {age:.0f} s old" if last is not None
+                 else f"; no status {age:.0f} s after its launch")
+    return replace(status, detail=f"{status.detail} ({note})")
 
 
 def relaunching(run: Run, last: RunState | None, state: str, config: NimbusConfig
@@ -254,10 +282,18 @@ def gone_detail(run: Run, last: RunState | None, config: NimbusConfig,
     return "failed", detail
 
 
-def failure_text(run: Run, last: RunState | None) -> str:
+def failure_text(run: Run, last: RunState | None, now: float | None = None) -> str:
     """Why an application is gone: its driver's error, or the last line of its
-    stderr when it exited without a final status; with the exit code."""
+    stderr when it exited without a final status; with the exit code. A
+    :attr:`~.records.Run.foreign` one's exit is not seen from here: that it stopped
+    writing its status (how long before ``now``, when given)."""
     stderr = run.dir.logs / "stderr"
+    if run.foreign and (last is None or last.state != "failed"):
+        said = f" ({last.state})" if last is not None else ""
+        age = f", {now - last.updated_at:.0f} s before" \
+            if last is not None and now is not None else ""
+        return (f"the Spark application on host {run.host} stopped writing its "
+                f"status{said}{age} (see {stderr})")
     where = f"{exit_text(run.exit_code)}; see {stderr}"
     if last is not None and last.state == "failed":
         # The frames in the user's code (runner/failures.py) stay on the lines below.

@@ -21,6 +21,7 @@ from typing import IO, Any, Mapping, Sequence
 from ...runner.rundir import RunDir
 from ...runner.spec import RunSpec
 from ...topology.blobs import WORK_DIR_ENV
+from ..config import NimbusConfig
 from ..launcher import LauncherError
 from .archive import DEFAULT_JAVA_OPTIONS, driver_java_options, java_tokens
 
@@ -200,8 +201,17 @@ def ui_port_for(run_spec: RunSpec) -> int:
     return free_port() if ui_enabled(run_spec) else 0
 
 
+def fenced(config: NimbusConfig) -> bool:
+    """Whether drivers take the fence of :mod:`nimbus_thrift.runner.claim`
+    (``--fence``): in HA mode (``zookeeper_servers``, or a ``shared_dir`` other
+    daemons may launch in), where a new leader on another host starts a topology's
+    driver while the old leader's may still run there."""
+    return bool(config.zookeeper_servers) or config.shared_dir is not None
+
+
 def submit_command(submit: Sequence[str], master: str, run_spec: RunSpec, work_dir: Path,
-                   properties: Path, *, standby: str = "") -> list[str]:
+                   properties: Path, *, standby: str = "", fence: bool = False
+                   ) -> list[str]:
     """The spark-submit command line of one topology: ``submit`` (the spark-submit to
     run) on ``master``, its settings in the file ``properties`` (:func:`spark_confs`).
     Nothing of the topology's configuration is on it: a command line is world-readable
@@ -210,14 +220,15 @@ def submit_command(submit: Sequence[str], master: str, run_spec: RunSpec, work_d
     With ``standby`` (``PID:TICKS`` of the daemon), the command of a standby driver
     whose directory is ``work_dir`` (:mod:`.standby_app`): no code of its own (its
     warm-up topology is in the package; a topology's ``code.zip`` is added at the
-    hand-off, and two files of one name cannot be).
+    hand-off, and two files of one name cannot be). With ``fence`` (:func:`fenced`),
+    the driver takes ``driver.claim`` and stops once another driver took it.
     """
     args = [*submit, "--master", master, "--name", f"topology-{run_spec.name}",
             "--properties-file", str(properties)]
     if standby:
         return [*args, str(SPARK_MAIN), "--workdir", str(work_dir), "--standby", standby]
     return [*args, "--py-files", str(work_dir / "code.zip"), str(SPARK_MAIN),
-            "--workdir", str(work_dir)]
+            "--workdir", str(work_dir), *(["--fence"] if fence else [])]
 
 
 def cluster_confs(master: str, run_spec: RunSpec, num_workers: int) -> dict[str, str]:

@@ -4,6 +4,10 @@ is left (:func:`terminate`).
 
 Every process of the session, not only the JVM: ``pyspark.daemon`` and its Python
 workers live in the JVM's session (:mod:`.processes`) and would outlive it.
+
+Never a :attr:`.records.Run.foreign` record's (HA mode: its pid is another host's, and
+here it would name some unrelated process): its driver stops by ``control`` or by the
+fence of the next driver (:mod:`nimbus_thrift.runner.claim`).
 """
 
 from __future__ import annotations
@@ -33,10 +37,16 @@ def terminate(run: Run, grace: float, term_grace: float,
     ``term_grace``) SIGKILL. ``gone`` is called once no process is left (the launcher
     records the death).
 
+    Nothing for a :attr:`~.records.Run.foreign` record.
+
     Raises:
         LauncherError: processes survived SIGKILL.
     """
     if not run.pid:
+        return
+    if run.foreign:
+        log.info("spark_app_elsewhere", topology=run.topology_id, host=run.host,
+                 pid=run.pid, action="no signal from this host")
         return
     if wait_gone(run, grace, gone):
         return
