@@ -321,7 +321,8 @@ class SparkLauncher:
                 if run.dir.root.is_dir():
                     run.set_control("stop")
                 terminate(run, grace, self.term_grace, self.recovery.note_death)
-                run.save()
+                if not run.launched_elsewhere():    # ... while it waited
+                    run.save()
         log.info("spark_app_stopped", topology=topology_id, pid=run.pid)
         with self._runs_lock:
             self._runs.pop(topology_id, None)
