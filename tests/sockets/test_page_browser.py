@@ -203,6 +203,9 @@ def test_one_topology_shows_components_errors_with_frames_and_spark_ui(
     assert error == SPLIT_ERROR                # the whole text, frames and all
     assert browser.find_element(By.ID, "topology-spark-ui").get_attribute("href") == \
         "http://127.0.0.1:4040/"
+    # The log's link: the route that serves it (nimbus/web/logs.py).
+    assert browser.find_element(By.ID, "topology-log").get_attribute("href").endswith(
+        f"/api/nimbus-thrift/topology/{topology_id}/log")
     assert text_of(browser, "#topology-status") == "ACTIVE"
     assert not browser.find_element(By.ID, "action-deactivate").get_attribute("disabled")
     assert browser.find_element(By.ID, "action-activate").get_attribute("disabled")

@@ -311,6 +311,9 @@
     $("topology-status").textContent = status;
     $("topology-id").textContent = page.id;
     $("topology-uptime").textContent = page.uptime ? `up ${page.uptime}` : "";
+    // The driver's log, the last 50 KB (GET .../log: the topology's readers only).
+    $("topology-log").href =
+      `/api/nimbus-thrift/topology/${encodeURIComponent(page.id)}/log`;
     const ui = $("topology-spark-ui");
     if (history.sparkUi) {
       ui.href = history.sparkUi;
