@@ -470,7 +470,8 @@ class NimbusConfig:
         details="A submit whose Spark settings match takes one and shows its first output "
                 "in about 3 s instead of about 12 s ([standby drivers]"
                 "(topologies.md#submitting-and-controlling-it)); on spark:// set it "
-                "explicitly (a standby holds cluster cores).")
+                "explicitly (a standby holds cluster cores). None in HA mode, where "
+                "every driver takes the fence's claim as it starts.")
     standby_memory: int = setting(
         0, minimum=0, unit="bytes", section=TOPOLOGIES,
         default_text="0: what standby_drivers default-sized drivers take (1.7 GiB each)",

@@ -84,9 +84,10 @@ class SpoutReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _instances(self) -> dict[int, Any]:
         if self._spouts is None:
             if self.fence is not None:
-                # A cluster-mode driver's (the only one with a fence): this process is
-                # its JVM's child, whose output the worker keeps; the spouts' logging
-                # goes where the driver's does, as a local driver's JVM's would.
+                # A fenced driver's (cluster mode, or client mode in HA mode): this
+                # process is its JVM's child, whose output a worker keeps in cluster
+                # mode; the spouts' logging goes where the driver's does (in client
+                # mode the same logs/ the JVM's output reaches anyway).
                 try:
                     follow_logs(Path(self.work_dir) / "logs")
                 except OSError:
