@@ -79,7 +79,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 import structlog
 
-from ...runner.rundir import RunDir
 from ...runner.spec import RunSpec
 from ..config import NimbusConfig
 from ..launcher import LauncherError, LaunchSpec, RunStatus, WorkerNode
@@ -93,6 +92,7 @@ from .install import (CLASS_ARCHIVE_DIR, MIRROR_DIR, default_submit, find_spark_
 from .master import cluster_nodes, local_node, local_threads, master_ui_url
 from .memory import memory_request
 from .records import FINAL_STATES, Run
+from .runtable import RunTable
 from .recovery import RESTART_BACKOFF_SECS, Recovery
 from .spawn import Spawner, memory_of
 from .submit import PACKAGE_ROOT
@@ -177,8 +177,8 @@ class SparkLauncher:
             # What other installations left: ~200 MB per archive of a deleted venv.
             class_archive.tidy()
             tidy_mirrors(self.cache_dir / MIRROR_DIR)
-        self._runs: dict[str, Run] = {}
-        self._runs_lock = threading.Lock()
+        self._runs: RunTable[Run] = RunTable(self.config.files_dir / "topologies",
+                                             self._read_record)
         self._closed = threading.Event()
         self._monitor: threading.Thread | None = None
         self._nodes_cache: tuple[float, list[WorkerNode]] | None = None
@@ -324,8 +324,7 @@ class SparkLauncher:
                 if not run.launched_elsewhere():    # ... while it waited
                     run.save()
         log.info("spark_app_stopped", topology=topology_id, pid=run.pid)
-        with self._runs_lock:
-            self._runs.pop(topology_id, None)
+        self._runs.forget(topology_id)
 
     def pause(self, topology_id: str) -> None:
         self._control(topology_id, "paused")
@@ -502,25 +501,18 @@ class SparkLauncher:
         return self._record(topology_id, None)
 
     def _record(self, topology_id: str, work_dir: Path | None) -> Run | None:
-        with self._runs_lock:
-            run = self._runs.get(topology_id)
-            if run is not None:
-                if work_dir is not None and work_dir != run.dir.root:
-                    run.dir = RunDir(work_dir)
-                return run
-            root = work_dir if work_dir is not None else \
-                self.config.files_dir / "topologies" / topology_id
-            record = self._record_file(topology_id)
-            if work_dir is None and not (record or root / "launch.json").exists():
-                return None
-            if work_dir is None and record is not None and not root.is_dir():
-                record.unlink(missing_ok=True)      # its topology is gone
-                return None
-            run = Run.read(topology_id, root, record)
-            if work_dir is not None or not run.stopped:
-                # A stopped one is only being looked at (its directory is removed next).
-                self._runs[topology_id] = run
-            return run
+        return self._runs.record(topology_id, work_dir)
+
+    def _read_record(self, topology_id: str, root: Path, launching: bool) -> Run | None:
+        """The record in ``root`` (or, under run_as_user, the daemon's own file), for
+        the table; None when there is none to look at."""
+        record = self._record_file(topology_id)
+        if not launching and not (record or root / "launch.json").exists():
+            return None
+        if not launching and record is not None and not root.is_dir():
+            record.unlink(missing_ok=True)      # its topology is gone
+            return None
+        return Run.read(topology_id, root, record)
 
     def _record_file(self, topology_id: str) -> Path | None:
         """Where a topology's launch record is kept: under run_as_user, in the
@@ -531,8 +523,7 @@ class SparkLauncher:
 
     def _all_runs(self) -> list[Run]:
         """The runs now (the helpers' view of the table)."""
-        with self._runs_lock:
-            return list(self._runs.values())
+        return self._runs.all()
 
     def _start(self, run: Run, spec: LaunchSpec, reason: str) -> None:
         """Write the work directory for ``spec`` and start the application."""

@@ -38,8 +38,32 @@ def this_host() -> str:
     return socket.gethostname()
 
 
+class StatusFile:
+    """The driver's ``status.json`` read again only when the file changed: what both
+    deploy modes' launch records (this :class:`Run` and the cluster's) read on every
+    status call, declared here and kept in their fields."""
+
+    dir: RunDir
+    status_key: tuple[int, int, int] | None
+    status_cache: RunState | None
+
+    def status_file(self) -> RunState | None:
+        """The driver's last ``status.json`` (None: none yet, or unreadable)."""
+        try:
+            st = os.stat(self.dir.status)
+        except OSError:
+            self.status_key = None
+            self.status_cache = None
+            return None
+        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if key != self.status_key:
+            self.status_cache = self.dir.read_status()
+            self.status_key = key
+        return self.status_cache
+
+
 @dataclass
-class Run:
+class Run(StatusFile):
     """What the launcher knows of one topology's application (``launch.json``)."""
 
     topology_id: str
@@ -209,20 +233,6 @@ class Run:
             return True
         info = proc_info(self.pid)
         return info is not None and info.live and info.start_ticks == self.start_ticks
-
-    def status_file(self) -> RunState | None:
-        """The driver's last ``status.json``, read again only when the file changed."""
-        try:
-            st = os.stat(self.dir.status)
-        except OSError:
-            self.status_key = None
-            self.status_cache = None
-            return None
-        key = (st.st_mtime_ns, st.st_size, st.st_ino)
-        if key != self.status_key:
-            self.status_cache = self.dir.read_status()
-            self.status_key = key
-        return self.status_cache
 
     def restartable(self, last: RunState | None, config: NimbusConfig) -> bool:
         """Whether the monitor relaunches this application, gone with ``last`` its

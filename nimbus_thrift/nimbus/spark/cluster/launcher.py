@@ -35,7 +35,6 @@ from typing import Any, Callable, Mapping
 import structlog
 
 from ....runner.attempts import Supervision, read_attempts, write_supervision
-from ....runner.rundir import RunDir
 from ....runner.spec import RunSpec
 from ....topology.blobs import WORK_DIR_ENV
 from ...config import NimbusConfig
@@ -51,6 +50,7 @@ from ..submit import (PACKAGE_ROOT, SPARK_MAIN, cluster_cores, environment, spar
                       user_confs)
 from .masterview import MasterView, MasterWatch
 from .needs import needs_of, shortfall
+from ..runtable import RunTable
 from .records import ClusterRun
 from .rest import UNKNOWN, RestClient, RestError, create_request, rest_url
 from .status import cluster_status, where
@@ -104,8 +104,8 @@ class ClusterLauncher:
                 raise LauncherError(f"no web UI to read for the master {master!r}")
             watch = MasterWatch(ui)
         self.watch = watch
-        self._runs: dict[str, ClusterRun] = {}
-        self._runs_lock = threading.Lock()
+        self._runs: RunTable[ClusterRun] = RunTable(config.files_dir / "topologies",
+                                                    self._read_record)
         #: Launches waiting for the master to say whether their driver still runs.
         self._undecided: dict[str, LaunchSpec] = {}
         self._closed = threading.Event()
@@ -171,8 +171,7 @@ class ClusterLauncher:
             if run.driver_id:
                 self._end_driver(run, grace)
         log.info("cluster_driver_stopped", topology=topology_id, driver=run.driver_id)
-        with self._runs_lock:
-            self._runs.pop(topology_id, None)
+        self._runs.forget(topology_id)
 
     def pause(self, topology_id: str) -> None:
         self._control(topology_id, "paused")
@@ -472,29 +471,22 @@ class ClusterLauncher:
         return self._record(topology_id, None)
 
     def _record(self, topology_id: str, work_dir: Path | None) -> ClusterRun | None:
-        with self._runs_lock:
-            run = self._runs.get(topology_id)
-            if run is not None:
-                if work_dir is not None and work_dir != run.dir.root:
-                    run.dir = RunDir(work_dir)
-                return run
-            root = work_dir if work_dir is not None else \
-                self.config.files_dir / "topologies" / topology_id
-            if work_dir is None and not (root / "launch.json").exists():
-                return None
-            run, client_pid = ClusterRun.read(topology_id, root)
-            if client_pid:
-                raise LauncherError(
-                    f"topology {topology_id} runs in client mode here (pid "
-                    f"{client_pid}), started before deploy_mode became cluster: "
-                    "rebalance or kill it, or stop the daemon and that process first")
-            if work_dir is not None or not run.stopped:
-                self._runs[topology_id] = run
-            return run
+        return self._runs.record(topology_id, work_dir)
+
+    def _read_record(self, topology_id: str, root: Path, launching: bool
+                     ) -> ClusterRun | None:
+        if not launching and not (root / "launch.json").exists():
+            return None
+        run, client_pid = ClusterRun.read(topology_id, root)
+        if client_pid:
+            raise LauncherError(
+                f"topology {topology_id} runs in client mode here (pid "
+                f"{client_pid}), started before deploy_mode became cluster: "
+                "rebalance or kill it, or stop the daemon and that process first")
+        return run
 
     def _all_runs(self) -> list[ClusterRun]:
-        with self._runs_lock:
-            return list(self._runs.values())
+        return self._runs.all()
 
     def _control(self, topology_id: str, state: str) -> ClusterRun:
         run = self._known(topology_id)

@@ -7,7 +7,6 @@ that took over) adopts the driver instead of submitting a second one.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ import structlog
 
 from ....runner.rundir import RunDir, RunState, write_atomic
 from ..proctree import proc_info
+from ..records import StatusFile
 
 log = structlog.get_logger(__name__)
 
@@ -24,7 +24,7 @@ MODE = "cluster"
 
 
 @dataclass
-class ClusterRun:
+class ClusterRun(StatusFile):
     """One topology's driver on the cluster, as this launcher knows it."""
 
     topology_id: str
@@ -99,17 +99,3 @@ class ClusterRun:
     def save(self) -> None:
         if self.dir.root.is_dir():
             write_atomic(self.dir.launch, json.dumps(self.record(), indent=1))
-
-    def status_file(self) -> RunState | None:
-        """The driver's last ``status.json``, read again only when the file changed."""
-        try:
-            st = os.stat(self.dir.status)
-        except OSError:
-            self.status_key = None
-            self.status_cache = None
-            return None
-        key = (st.st_mtime_ns, st.st_size, st.st_ino)
-        if key != self.status_key:
-            self.status_cache = self.dir.read_status()
-            self.status_key = key
-        return self.status_cache
