@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -38,22 +37,12 @@ sys.path.insert(0, str(ROOT / "tests"))     # the tests' cluster and daemon help
 
 from support.daemon_process import DaemonProcess  # noqa: E402
 from support.spark_cluster import StandaloneCluster  # noqa: E402
+from support.wordcounts import top_count  # noqa: E402
 
 from nimbus_thrift.client import NimbusClient  # noqa: E402
 
 WORDCOUNT = ROOT / "examples" / "wordcount.py"
 TIMEOUT = 300.0
-
-
-def top_count(db: Path) -> int:
-    if not db.exists():
-        return 0
-    try:
-        with sqlite3.connect(db, timeout=30) as conn:
-            row = conn.execute("SELECT max(count) FROM counts").fetchone()
-        return int(row[0] or 0)
-    except sqlite3.OperationalError:
-        return 0
 
 
 def wait(what: str, check, timeout: float = TIMEOUT):   # type: ignore[no-untyped-def]

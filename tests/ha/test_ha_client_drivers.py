@@ -25,7 +25,8 @@ from nimbus_thrift.runner.claim import read_claim
 from support.daemon_process import DaemonProcess
 from support.polling import wait_for_value
 from support.spark_daemon import FAST_JVM_ENV, SPARK_TIMEOUT
-from test_ha_cluster_drivers import WORDCOUNT, sched_status, top_count
+from support.wordcounts import top_count
+from test_ha_cluster_drivers import WORDCOUNT, sched_status
 from test_ha_kill import ha_env, leader_of
 
 pytestmark = pytest.mark.spark

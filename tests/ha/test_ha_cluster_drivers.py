@@ -7,7 +7,6 @@ driver by its id: one driver, never submitted again, and the counts never stop."
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -18,21 +17,12 @@ from support.daemon_process import DaemonProcess
 from support.polling import wait_for_value
 from support.spark_cluster import StandaloneCluster
 from support.spark_daemon import FAST_JVM_ENV, SPARK_TIMEOUT
+from support.wordcounts import top_count
 from test_ha_kill import ha_env, leader_of
 
 pytestmark = pytest.mark.spark
 
 WORDCOUNT = Path(__file__).resolve().parents[2] / "examples" / "wordcount.py"
-
-
-def top_count(db: Path) -> int:
-    if not db.exists():
-        return 0
-    try:
-        with sqlite3.connect(db, timeout=30) as conn:
-            return int(conn.execute("SELECT max(count) FROM counts").fetchone()[0] or 0)
-    except sqlite3.OperationalError:
-        return 0
 
 
 @pytest.fixture

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 
 from nimbus_thrift.nimbus.spark.proctree import proc_cmdline
 from support.daemon_process import DaemonProcess
 from support.spark_cluster import StandaloneCluster
+from support.wordcounts import counts
 from support.spark_daemon import (FAST_JVM_ENV, SPARK_TIMEOUT, SparkDaemons, client_of,
                                   wait_until)
 from test_examples import expected_counts
@@ -35,18 +35,6 @@ WORDCOUNT = ROOT / "examples" / "wordcount.py"
 #: The master takes a worker without heartbeats for lost after this many seconds
 #: (Spark's default is 60): the bulk of the time a lost worker's driver is down.
 WORKER_TIMEOUT = 20
-
-
-def counts(db: Path) -> dict[str, int]:
-    if not db.exists():
-        return {}
-    conn = sqlite3.connect(db, timeout=30)
-    try:
-        return dict(conn.execute("SELECT word, count FROM counts"))
-    except sqlite3.OperationalError:
-        return {}
-    finally:
-        conn.close()
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ import json
 import os
 import pwd
 import shutil
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from nimbus_thrift.client.client import NimbusClient
 from nimbus_thrift.nimbus.spark.submit import PACKAGE_ROOT
 from support.certs import make_pki
 from support.spark_daemon import SPARK_TIMEOUT, in_process_daemon, wait_until
+from support.wordcounts import counts
 
 pytestmark = pytest.mark.spark
 
@@ -100,16 +100,7 @@ def _client(port: int, pki: Any, who: str) -> NimbusClient:
 
 
 def _counts(work_dir: Path) -> dict[str, int]:
-    db = work_dir / "counts.sqlite"
-    if not db.exists():
-        return {}
-    conn = sqlite3.connect(db, timeout=30)
-    try:
-        return dict(conn.execute("SELECT word, count FROM counts"))
-    except sqlite3.OperationalError:
-        return {}
-    finally:
-        conn.close()
+    return counts(work_dir / "counts.sqlite")
 
 
 def _probes(work_dir: Path) -> dict[str, str] | None:

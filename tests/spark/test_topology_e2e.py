@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from nimbus_thrift.client.client import NimbusClient
 from nimbus_thrift.nimbus.spark.proctree import proc_cmdline, session_members
 from nimbus_thrift.runner.rundir import RunDir
 from support.spark_cluster import StandaloneCluster
+from support.wordcounts import counts
 from test_examples import expected_counts
 from support.daemon_process import DaemonProcess
 from support.spark_daemon import (FAST_JVM_ENV, SPARK_TIMEOUT, SparkDaemons, client_of,
@@ -37,18 +37,6 @@ WORDCOUNT = ROOT / "examples" / "wordcount.py"
 CLI = [str(Path(sys.executable).with_name("nimbus-thrift"))]
 
 
-
-
-def counts(db: Path) -> dict[str, int]:
-    if not db.exists():
-        return {}
-    conn = sqlite3.connect(db, timeout=30)
-    try:
-        return dict(conn.execute("SELECT word, count FROM counts"))
-    except sqlite3.OperationalError:       # the table is not created yet
-        return {}
-    finally:
-        conn.close()
 
 
 def launch_record(data_dir: Path, topology_id: str) -> dict[str, Any]:
