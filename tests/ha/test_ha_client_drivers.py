@@ -25,13 +25,16 @@ from nimbus_thrift.runner.claim import read_claim
 from support.daemon_process import DaemonProcess
 from support.polling import wait_for_value
 from support.spark_daemon import FAST_JVM_ENV, SPARK_TIMEOUT
-from support.wordcounts import top_count
+from support.wordcounts import counts, expected_counts, top_count
 from test_ha_cluster_drivers import WORDCOUNT, sched_status
 from test_ha_kill import ha_env, leader_of
 
 pytestmark = pytest.mark.spark
 
 OTHER = "nimbus-elsewhere"
+#: Sentences per spout task: about 50 s of them at 300/s, so the takeover comes while
+#: they flow and the final counts are known exactly.
+PER_TASK = 15000
 
 
 def live(pid: int, ticks: int) -> bool:
@@ -60,7 +63,8 @@ def test_the_old_driver_stops_by_the_claim_once_the_new_leaders_driver_runs(
         seeds = [f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"]
         with NimbusClient(hosts=seeds, timeout=60, leader_wait=60) as client:
             topology_id = client.submit_topology(
-                WORDCOUNT, conf={"wordcount.db": str(db), "wordcount.rate": 300},
+                WORDCOUNT, conf={"wordcount.db": str(db), "wordcount.rate": 300,
+                                 "wordcount.total": PER_TASK},
                 wait=True, timeout=SPARK_TIMEOUT)
         wait_for_value(lambda: top_count(db), "the first counts", SPARK_TIMEOUT)
         work = shared / "topologies" / topology_id
@@ -91,8 +95,10 @@ def test_the_old_driver_stops_by_the_claim_once_the_new_leaders_driver_runs(
                        for name in ("stdout", "stderr"))
         assert "spark_main: superseded: a driver on " in logs
 
-        seen = top_count(db)
-        wait_for_value(lambda: top_count(db) > seen, "counts growing under the new driver",
+        # One driver at a time through the takeover: the counts end exact (a second
+        # driver on the same checkpoint would count batches twice or lose them).
+        expected = expected_counts(PER_TASK)
+        wait_for_value(lambda: counts(db) == expected, "the exact final counts",
                        timeout=SPARK_TIMEOUT)
         wait_for_value(lambda: sched_status(b.port, topology_id) == "running",
                        "the new leader reporting it running", timeout=60)

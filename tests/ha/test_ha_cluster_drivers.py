@@ -2,7 +2,8 @@
 a real ZooKeeper, a real standalone master with two workers, the word count. The
 follower reports the topology as the leader does (its status comes from the shared
 directory and the master); the leader SIGKILLed, the new leader adopts the running
-driver by its id: one driver, never submitted again, and the counts never stop."""
+driver by its id: one driver, never submitted again, the counts never stop and end
+exact."""
 
 from __future__ import annotations
 
@@ -17,12 +18,15 @@ from support.daemon_process import DaemonProcess
 from support.polling import wait_for_value
 from support.spark_cluster import StandaloneCluster
 from support.spark_daemon import FAST_JVM_ENV, SPARK_TIMEOUT
-from support.wordcounts import top_count
+from support.wordcounts import counts, expected_counts, top_count
 from test_ha_kill import ha_env, leader_of
 
 pytestmark = pytest.mark.spark
 
 WORDCOUNT = Path(__file__).resolve().parents[2] / "examples" / "wordcount.py"
+#: Sentences per spout task: about 30 s of them at 300/s, so the failover comes while
+#: they flow and the final counts are known exactly.
+PER_TASK = 9000
 
 
 @pytest.fixture
@@ -59,7 +63,8 @@ def test_the_new_leader_adopts_the_running_driver_after_the_leaders_sigkill(
         seeds = [f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"]
         with NimbusClient(hosts=seeds, timeout=60, leader_wait=60) as client:
             topology_id = client.submit_topology(
-                WORDCOUNT, conf={"wordcount.db": str(db), "wordcount.rate": 300},
+                WORDCOUNT, conf={"wordcount.db": str(db), "wordcount.rate": 300,
+                                 "wordcount.total": PER_TASK},
                 wait=True, timeout=SPARK_TIMEOUT)
         wait_for_value(lambda: top_count(db), "the first counts", SPARK_TIMEOUT)
         record = shared / "topologies" / topology_id / "launch.json"
@@ -76,9 +81,14 @@ def test_the_new_leader_adopts_the_running_driver_after_the_leaders_sigkill(
                        timeout=120)
         wait_for_value(lambda: sched_status(b.port, topology_id) == "running",
                        "the new leader to report it running", timeout=60)
-        # Adopted, not started again: the same driver, one submission in all.
+        # Adopted, not started again: the same driver, one submission in all, and the
+        # counts end exact.
         assert active_drivers(cluster) == [driver_id]
         assert json.loads(record.read_text())["submissions"] == 1
+        expected = expected_counts(PER_TASK)
+        wait_for_value(lambda: counts(db) == expected, "the exact final counts",
+                       SPARK_TIMEOUT)
+        assert active_drivers(cluster) == [driver_id]
         with NimbusClient("127.0.0.1", b.port, timeout=60) as client:
             client.killTopologyWithOpts("wordcount", client.idl.KillOptions(wait_secs=0))
             wait_for_value(lambda: not client.getClusterInfo().topologies,

@@ -23,10 +23,9 @@ import pytest
 from nimbus_thrift.nimbus.spark.proctree import proc_cmdline
 from support.daemon_process import DaemonProcess
 from support.spark_cluster import StandaloneCluster
-from support.wordcounts import counts
+from support.wordcounts import counts, expected_counts
 from support.spark_daemon import (FAST_JVM_ENV, SPARK_TIMEOUT, SparkDaemons, client_of,
                                   wait_until)
-from test_examples import expected_counts
 
 pytestmark = pytest.mark.spark
 

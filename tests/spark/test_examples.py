@@ -16,16 +16,11 @@ import pytest
 from examples import weblogs, wordcount
 from nimbus_thrift.runner.local import run_bounded
 from support.spark import FAST_JVM, spark  # noqa: F401
+from support.wordcounts import expected_counts
 
 pytestmark = pytest.mark.spark
 
 GOOD = '{host} - - [21/Nov/2026:10:00:{s:02d} +0000] "GET {path}?q={s} HTTP/1.1" {status} {size}'
-
-
-def expected_counts(per_task: int, tasks: int = 2) -> Counter[str]:
-    """Word counts once the word count spout's ``tasks`` tasks emitted ``per_task``."""
-    return Counter(word for task in range(tasks) for offset in range(per_task)
-                   for word in wordcount.sentence_at(task, offset).split())
 
 
 def _rows(db: Path, sql: str) -> list[tuple]:

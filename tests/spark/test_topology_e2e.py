@@ -24,8 +24,7 @@ from nimbus_thrift.client.client import NimbusClient
 from nimbus_thrift.nimbus.spark.proctree import proc_cmdline, session_members
 from nimbus_thrift.runner.rundir import RunDir
 from support.spark_cluster import StandaloneCluster
-from support.wordcounts import counts
-from test_examples import expected_counts
+from support.wordcounts import counts, expected_counts
 from support.daemon_process import DaemonProcess
 from support.spark_daemon import (FAST_JVM_ENV, SPARK_TIMEOUT, SparkDaemons, client_of,
                                   wait_until)

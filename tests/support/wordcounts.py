@@ -5,7 +5,10 @@ an error (the table appears with the first batch)."""
 from __future__ import annotations
 
 import sqlite3
+from collections import Counter
 from pathlib import Path
+
+from examples import wordcount
 
 
 def counts(db: Path) -> dict[str, int]:
@@ -24,3 +27,10 @@ def counts(db: Path) -> dict[str, int]:
 def top_count(db: Path) -> int:
     """The largest count (0 before the first batch)."""
     return max(counts(db).values(), default=0)
+
+
+def expected_counts(per_task: int, tasks: int = 2) -> Counter[str]:
+    """Word counts once the word count spout's ``tasks`` tasks emitted ``per_task``
+    sentences each (``wordcount.total``): what a finite run ends with, exactly."""
+    return Counter(word for task in range(tasks) for offset in range(per_task)
+                   for word in wordcount.sentence_at(task, offset).split())
