@@ -8,8 +8,6 @@ import sqlite3
 from collections import Counter
 from pathlib import Path
 
-from examples import wordcount
-
 
 def counts(db: Path) -> dict[str, int]:
     """Every word's count."""
@@ -32,5 +30,6 @@ def top_count(db: Path) -> int:
 def expected_counts(per_task: int, tasks: int = 2) -> Counter[str]:
     """Word counts once the word count spout's ``tasks`` tasks emitted ``per_task``
     sentences each (``wordcount.total``): what a finite run ends with, exactly."""
+    from examples import wordcount     # the repository's root is on the tests' path
     return Counter(word for task in range(tasks) for offset in range(per_task)
                    for word in wordcount.sentence_at(task, offset).split())
