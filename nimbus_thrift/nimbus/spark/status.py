@@ -125,10 +125,7 @@ def run_status(run: Run, alive: bool, last: RunState | None, config: NimbusConfi
     its driver's last ``status.json``."""
     # A foreign run's UI (if any) is on its own host's loopback: none to show here.
     ui = "" if run.foreign else ui_address(run, last)
-    components = {cid: ComponentStats(emitted=f.emitted, processed=f.processed,
-                                      rate=f.rate, latency_ms=f.latency_ms,
-                                      busy_ms=f.busy_ms)
-                  for cid, f in (last.components if last is not None else {}).items()}
+    components = component_stats(last)
     if alive:
         state, detail = alive_detail(run, last, ui, config, clock)
     else:
@@ -232,7 +229,7 @@ def alive_detail(run: Run, last: RunState | None, ui: str, config: NimbusConfig,
     if state in ("running", "paused"):
         batch = f"batch {last.batch_id}" if last.batch_id >= 0 else "no batch yet"
         if state == "running":
-            return "running", (f"running: {batch}, {rate(tuple_rate(run, last))}"
+            return "running", (f"running: {batch}, {rate(tuple_rate(run.spouts, last))}"
                                f" tuples/s{ui_text}{suffix}")
         # Until the batch Spark planned before the pause ends, tuples still reach the
         # bolts (for seconds on a busy machine): a user waiting for the topology to be
@@ -320,11 +317,17 @@ def first_line(text: str) -> str:
     return text.partition("\n")[0]
 
 
-def tuple_rate(run: Run, last: RunState) -> float:
-    """Tuples per second entering the topology (its spouts' rate), else the
+def tuple_rate(spouts: tuple[str, ...], last: RunState) -> float:
+    """Tuples per second entering the topology (its ``spouts``' rate), else the
     busiest component's."""
-    spouts = [f.rate for cid, f in last.components.items() if cid in run.spouts]
-    if spouts:
-        return sum(spouts)
+    rates = [f.rate for cid, f in last.components.items() if cid in spouts]
+    if rates:
+        return sum(rates)
     return max([f.rate for f in last.components.values()] or [0.0])
 
+
+def component_stats(last: RunState | None) -> dict[str, ComponentStats]:
+    """The figures of each component in the driver's last ``status.json``."""
+    return {cid: ComponentStats(emitted=f.emitted, processed=f.processed, rate=f.rate,
+                                latency_ms=f.latency_ms, busy_ms=f.busy_ms)
+            for cid, f in (last.components if last is not None else {}).items()}

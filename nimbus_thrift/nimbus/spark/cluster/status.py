@@ -36,9 +36,10 @@ from ....runner.attempts import (FAILURES, AttemptsSummary, read_attempts,
                                  read_supervision, summarize)
 from ....runner.rundir import RunState
 from ...config import NimbusConfig
-from ...launcher import ComponentStats, RunStatus
-from ..status import (IN_FLIGHT, MAX_ERRORS, SPARK_COMPONENT, error_text, first_line,
-                      last_stderr_line, rate, shorten)
+from ...launcher import RunStatus
+from ..status import (IN_FLIGHT, MAX_ERRORS, SPARK_COMPONENT, component_stats,
+                      error_text, first_line, last_stderr_line, rate, shorten,
+                      tuple_rate)
 from .masterview import MasterView
 from .records import ClusterRun
 
@@ -74,10 +75,6 @@ def cluster_status(run: ClusterRun, view: MasterView, driver_state: str,
     on = f"driver {run.driver_id}" + (f" on {host}" if host else "")
     state, detail, relaunching = _state(run, last, attempts, driver_state, view, on,
                                         config, clock)
-    components = {cid: ComponentStats(emitted=f.emitted, processed=f.processed,
-                                      rate=f.rate, latency_ms=f.latency_ms,
-                                      busy_ms=f.busy_ms)
-                  for cid, f in (last.components if last is not None else {}).items()}
     # Each failed or lost driver is an error, as each failed application is in client
     # mode: getTopologyInfo, the page and /metrics show them.
     errors = list(run.errors) + [
@@ -95,7 +92,7 @@ def cluster_status(run: ClusterRun, view: MasterView, driver_state: str,
         state=state, detail=detail, started_at=started, host=host,
         ui_url=last.ui_url if last is not None and state in ("running", "paused")
         else "",
-        components=components, errors=tuple(errors[-MAX_ERRORS:]),
+        components=component_stats(last), errors=tuple(errors[-MAX_ERRORS:]),
         restarts=attempts.failures_in_row, relaunching=relaunching,
         batches=last.batch_id + 1 if batched and last is not None else None,
         last_batch_secs=last.batch_ms / 1000 if batched and last is not None else None)
@@ -170,7 +167,7 @@ def _alive(run: ClusterRun, last: RunState | None, attempts: AttemptsSummary, on
         return "starting", f"starting: {up}; {on}{suffix}"
     batch = f"batch {last.batch_id}" if last.batch_id >= 0 else "no batch yet"
     if last.state == "running":
-        return "running", f"running: {batch}, {rate(_tuple_rate(run, last))} " \
+        return "running", f"running: {batch}, {rate(tuple_rate(run.spouts, last))} " \
                           f"tuples/s; {on}{suffix}"
     if last.state == "paused":
         draining = f"; {IN_FLIGHT}" if last.in_flight else ""
@@ -204,10 +201,3 @@ def _restart_count(attempts: AttemptsSummary, config: NimbusConfig) -> str:
     if not config.restart_failed or not attempts.failures_in_row:
         return ""
     return f" (restart {attempts.failures_in_row} of {config.max_restarts})"
-
-
-def _tuple_rate(run: ClusterRun, last: RunState) -> float:
-    spouts = [f.rate for cid, f in last.components.items() if cid in run.spouts]
-    if spouts:
-        return sum(spouts)
-    return max([f.rate for f in last.components.values()] or [0.0])
