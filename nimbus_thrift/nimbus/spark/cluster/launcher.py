@@ -34,7 +34,8 @@ from typing import Any, Callable, Mapping
 
 import structlog
 
-from ....runner.attempts import Supervision, read_attempts, write_supervision
+from ....runner.attempts import (AttemptBook, Supervision, read_attempts,
+                                 write_supervision)
 from ....runner.spec import RunSpec
 from ....topology.blobs import WORK_DIR_ENV
 from ...config import NimbusConfig
@@ -220,16 +221,17 @@ class ClusterLauncher:
             return RunStatus(state="unscheduled",
                              detail="unscheduled: the cluster launcher has not "
                                     "submitted this topology")
+        book = read_attempts(run.dir.attempts)
         if run.lock.acquire(blocking=False):     # else a stop or launch has it
             try:
                 # Not written down: a follower in HA mode reads statuses too, and only
                 # the leader writes the record (at its next launch, stop or rebalance).
-                self._follow(run, save=False)
+                self._follow(run, save=False, book=book)
             finally:
                 run.lock.release()
         view = self.watch.view()
-        return cluster_status(run, view, self._driver_state(run, view), self.config,
-                              self.clock)
+        return cluster_status(run, view, self._driver_state(run, view), book,
+                              self.config, self.clock)
 
     def nodes(self) -> list[WorkerNode]:
         """The master's alive workers, each with the topologies whose driver it runs."""
@@ -416,13 +418,16 @@ class ClusterLauncher:
                 return False
             time.sleep(self.poll_secs)
 
-    def _follow(self, run: ClusterRun, save: bool = True) -> None:
+    def _follow(self, run: ClusterRun, save: bool = True,
+                book: AttemptBook | None = None) -> None:
         """Take as ``run``'s driver the one its attempts name when that is a later
         one: a supervising master relaunches a driver under a new id (SPARK-19900:
         the old one may still run beside a partition), which only the driver knows
         and writes in its attempts. Until it has, the old id says RELAUNCHING,
         which counts as running: no second driver is submitted meanwhile."""
-        last = read_attempts(run.dir.attempts).last() if run.driver_id else None
+        if not run.driver_id:
+            return
+        last = (book if book is not None else read_attempts(run.dir.attempts)).last()
         if last is None or not last.driver_id or last.driver_id <= run.driver_id:
             return
         log.info("cluster_driver_relaunched", topology=run.topology_id,

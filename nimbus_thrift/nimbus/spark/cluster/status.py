@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ....runner.attempts import (FAILURES, AttemptsSummary, read_attempts,
+from ....runner.attempts import (FAILURES, AttemptBook, AttemptsSummary,
                                  read_supervision, summarize)
 from ....runner.rundir import RunState
 from ...config import NimbusConfig
@@ -58,10 +58,11 @@ def where(run: ClusterRun, view: MasterView) -> tuple[str, str]:
 
 
 def cluster_status(run: ClusterRun, view: MasterView, driver_state: str,
-                   config: NimbusConfig, clock: Callable[[], float] = time.time
-                   ) -> RunStatus:
+                   book: AttemptBook, config: NimbusConfig,
+                   clock: Callable[[], float] = time.time) -> RunStatus:
     """The status of ``run``, whose driver the master says is in ``driver_state`` (""
-    when the master cannot be read: ``view.error`` says why)."""
+    when the master cannot be read: ``view.error`` says why) and whose drivers' attempts
+    are ``book``."""
     if not run.driver_id:
         if run.launch_error:
             return RunStatus(state="failed", errors=tuple(run.errors),
@@ -69,7 +70,6 @@ def cluster_status(run: ClusterRun, view: MasterView, driver_state: str,
         return RunStatus(state="starting",
                          detail="starting: the driver is being submitted to the master")
     last = run.status_file()
-    book = read_attempts(run.dir.attempts)
     attempts = summarize(book, read_supervision(run.dir.supervision), clock())
     _, host = where(run, view)
     on = f"driver {run.driver_id}" + (f" on {host}" if host else "")
